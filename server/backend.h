@@ -1,0 +1,77 @@
+/* plugq: the storage under one disk.
+ *
+ * A backend is what a disk's queue dispatches to: a file or block device,
+ * sparse memory, or a remote NBD export.  The queue owns all ordering, so a
+ * backend only has to perform one operation at a time correctly; it may be
+ * called from the disk's dispatch thread (writes, zeroes, trims, flushes)
+ * and from any request thread (reads, extents, cache) at the same time.
+ *
+ * Every call returns 0 on success or -1 with errno set.
+ */
+#ifndef PLUGQ_BACKEND_H
+#define PLUGQ_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "extents.h"
+
+struct block_limits {
+  uint32_t minimum;             /* power of 2, 1 .. 64K */
+  uint32_t preferred;           /* power of 2, >= minimum */
+  uint32_t maximum;             /* largest request the backend accepts */
+};
+
+struct backend;
+
+struct backend_ops {
+  const char *kind;             /* "file", "memory", "nbd" */
+  int (*pread) (struct backend *, void *buf, size_t count, uint64_t offset);
+  int (*pwritev) (struct backend *, const struct iovec *iov, int iovcnt,
+                  uint64_t offset);
+  /* Must leave the range reading as zeroes.  may_trim allows holes. */
+  int (*zero) (struct backend *, uint64_t count, uint64_t offset,
+               bool may_trim);
+  /* Advisory: may do nothing. */
+  int (*trim) (struct backend *, uint64_t count, uint64_t offset);
+  int (*flush) (struct backend *);
+  /* Appends extents covering at least [offset, offset+1) in order. */
+  int (*extents) (struct backend *, uint64_t count, uint64_t offset,
+                  struct extent_list *);
+  int (*cache) (struct backend *, uint64_t count, uint64_t offset);
+  void (*close) (struct backend *);
+};
+
+struct backend {
+  const struct backend_ops *ops;
+  uint64_t size;
+  struct block_limits limits;
+  /* Largest vector a single pwritev accepts, and the largest merged
+   * write the queue may build (the max_sectors analogue).
+   */
+  uint32_t max_write;
+  int max_iov;
+  /* A zero can be queued as a fast zero: the backend zeroes a range
+   * without writing every byte.
+   */
+  bool can_fast_zero;
+  /* A trimmed range reads back as zeroes on this backend. */
+  bool trim_reads_zero;
+  char *description;            /* "file /srv/db.img (O_DIRECT)" */
+};
+
+/* Constructors: NULL with errno set and the reason already logged. */
+struct backend *backend_file_open (const char *path, bool direct,
+                                   bool readonly);
+struct backend *backend_memory_new (uint64_t size);
+
+static inline void
+backend_close (struct backend *b)
+{
+  if (b)
+    b->ops->close (b);
+}
+
+#endif /* PLUGQ_BACKEND_H */

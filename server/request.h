@@ -1,0 +1,84 @@
+/* plugq: a queued piece of a write, zero or trim, as the queue and the
+ * elevators see it.  Internal to server/.
+ *
+ * A client request enters the queue as one piece.  Newer requests cut
+ * older pieces where they overlap, so pieces in one queue never overlap
+ * and a piece may be a fragment of its request.  Data lives in a
+ * reference-counted buffer so readers can overlay it without copying it
+ * under the lock, and so fragments share one allocation.
+ */
+#ifndef PLUGQ_REQUEST_H
+#define PLUGQ_REQUEST_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include <bsd/sys/tree.h>
+
+#include "stats.h"
+
+struct data_buffer {
+  _Atomic uint32_t refs;
+  uint32_t size;
+  /* O_DIRECT-aligned data follows */
+  unsigned char *data;
+};
+
+struct data_buffer *data_buffer_new (const void *src, uint32_t size);
+struct data_buffer *data_buffer_get (struct data_buffer *);
+void data_buffer_put (struct data_buffer *);
+
+/* What a waiting client (FUA, ack=dispatched) watches. */
+struct completion {
+  uint32_t pending;             /* pieces not yet written */
+  int err;                      /* first backend errno */
+};
+
+enum piece_state { PIECE_QUEUED, PIECE_IN_FLIGHT };
+
+struct piece {
+  RB_ENTRY (piece) by_offset;   /* queued pieces, by offset */
+  TAILQ_ENTRY (piece) by_age;   /* queued pieces, oldest first */
+  TAILQ_ENTRY (piece) batch;    /* in-flight pieces of one dispatch */
+  uint64_t offset;
+  uint64_t length;
+  enum op_kind kind;            /* OP_WRITE, OP_ZERO or OP_TRIM */
+  bool may_trim;                /* zero: holes allowed */
+  enum piece_state state;
+  uint64_t seq;                 /* arrival order of its request */
+  uint64_t arrival_ns;
+  uint64_t expires_ns;          /* deadline */
+  struct data_buffer *buf;      /* OP_WRITE only */
+  uint32_t buf_offset;          /* where this piece's bytes start in buf */
+  struct completion *waiter;    /* NULL when nobody waits */
+  bool first_piece;             /* counts as its request for statistics */
+};
+
+RB_HEAD (piece_tree, piece);
+TAILQ_HEAD (piece_list, piece);
+
+static inline int
+piece_cmp (const struct piece *a, const struct piece *b)
+{
+  return a->offset < b->offset ? -1 : a->offset > b->offset;
+}
+
+RB_PROTOTYPE (piece_tree, piece, by_offset, piece_cmp);
+
+static inline uint64_t
+piece_end (const struct piece *p)
+{
+  return p->offset + p->length;
+}
+
+/* Two pieces can go out as one backend operation. */
+static inline bool
+piece_can_follow (const struct piece *prev, const struct piece *next)
+{
+  return piece_end (prev) == next->offset && prev->kind == next->kind
+    && (prev->kind != OP_ZERO || prev->may_trim == next->may_trim);
+}
+
+#endif /* PLUGQ_REQUEST_H */

@@ -1,0 +1,52 @@
+/* plugq: a few TAP helpers for the C unit tests, so automake's TAP driver
+ * counts every case (not every program) in the test summary.
+ */
+#ifndef PLUGQ_TAP_H
+#define PLUGQ_TAP_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int tap_count, tap_failed;
+
+static inline void
+tap_plan (int n)
+{
+  printf ("1..%d\n", n);
+  fflush (stdout);
+}
+
+__attribute__ ((format (printf, 2, 3)))
+static inline bool
+tap_ok (bool ok, const char *fmt, ...)
+{
+  va_list ap;
+
+  printf ("%s %d - ", ok ? "ok" : "not ok", ++tap_count);
+  va_start (ap, fmt);
+  vprintf (fmt, ap);
+  va_end (ap);
+  printf ("\n");
+  fflush (stdout);
+  if (!ok)
+    tap_failed++;
+  return ok;
+}
+
+/* Inside a test case: report a failed check with its location, then let
+ * the case carry on or bail out as the caller chooses.
+ */
+#define CHECK(cond) \
+  ((cond) ? true : (fprintf (stdout, "# %s:%d: check failed: %s\n", \
+                             __FILE__, __LINE__, #cond), false))
+
+static inline int
+tap_done (void)
+{
+  fflush (stdout);
+  return tap_failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+#endif /* PLUGQ_TAP_H */

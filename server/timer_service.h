@@ -1,0 +1,50 @@
+/* plugq: unplug timers on one libev loop in its own thread.
+ *
+ * The loop only wakes things up: when a disk's timer fires it calls that
+ * disk's callback, which hands the unplug to the disk's own dispatch
+ * thread.  No backend I/O ever runs here, so a slow disk cannot delay
+ * another disk's timer.  Arming and cancelling are lock-free from any
+ * thread: each timer has its own ev_async, so no list or lock is shared
+ * by all disks.
+ */
+#ifndef PLUGQ_TIMER_SERVICE_H
+#define PLUGQ_TIMER_SERVICE_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include <ev.h>
+
+struct timer_service;
+
+struct unplug_timer {
+  struct timer_service *service;
+  ev_timer timer;
+  ev_async wake;
+  _Atomic uint64_t deadline_ns; /* CLOCK_MONOTONIC; 0 = not armed */
+  void (*fire) (void *arg);
+  void *arg;
+};
+
+struct timer_service *timer_service_new (void);
+/* Attach every timer before start: watchers join the loop there. */
+void unplug_timer_init (struct unplug_timer *, void (*fire) (void *),
+                        void *arg);
+int timer_service_attach (struct timer_service *, struct unplug_timer *);
+int timer_service_start (struct timer_service *);
+/* Stops and joins the loop thread; frees the service. */
+void timer_service_free (struct timer_service *);
+
+/* From any thread.  Arming an armed timer moves its deadline. */
+void unplug_timer_arm (struct unplug_timer *, uint64_t delay_ns);
+void unplug_timer_cancel (struct unplug_timer *);
+
+uint64_t monotonic_ns (void);
+
+/* pthread_create with every signal blocked in the new thread, so nbdkit's
+ * threads keep receiving SIGTERM and SIGINT.
+ */
+#include <pthread.h>
+int engine_thread_create (pthread_t *, void *(*fn) (void *), void *arg);
+
+#endif /* PLUGQ_TIMER_SERVICE_H */
