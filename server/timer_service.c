@@ -1,0 +1,198 @@
+/* plugq: the unplug timer service (one libev loop, one thread). */
+#include <config.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "log.h"
+#include "timer_service.h"
+
+struct timer_service {
+  struct ev_loop *loop;
+  ev_async stop;
+  pthread_t thread;
+  bool running;
+};
+
+uint64_t
+monotonic_ns (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return (uint64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* libev's timers run on the loop's own clock; convert our absolute
+ * monotonic deadline into a fresh relative delay each time.
+ */
+static void
+start_ev_timer (struct ev_loop *loop, struct unplug_timer *t,
+                uint64_t deadline)
+{
+  uint64_t now = monotonic_ns ();
+  ev_tstamp after = deadline > now ? (deadline - now) / 1e9 : 0.;
+
+  ev_timer_stop (loop, &t->timer);
+  ev_now_update (loop);
+  ev_timer_set (&t->timer, after, 0.);
+  ev_timer_start (loop, &t->timer);
+}
+
+/* Loop thread: somebody moved this timer's deadline. */
+static void
+wake_cb (struct ev_loop *loop, ev_async *w, int revents)
+{
+  struct unplug_timer *t = w->data;
+  uint64_t deadline = atomic_load (&t->deadline_ns);
+
+  if (deadline == 0)
+    ev_timer_stop (loop, &t->timer);
+  else
+    start_ev_timer (loop, t, deadline);
+}
+
+/* Loop thread: only hands the unplug over, never does I/O. */
+static void
+timer_cb (struct ev_loop *loop, ev_timer *w, int revents)
+{
+  struct unplug_timer *t = w->data;
+  uint64_t deadline = atomic_load (&t->deadline_ns);
+
+  if (deadline == 0)
+    return;                     /* cancelled after it was set */
+  if (monotonic_ns () < deadline) {
+    start_ev_timer (loop, t, deadline);     /* moved later meanwhile */
+    return;
+  }
+  if (atomic_compare_exchange_strong (&t->deadline_ns, &deadline, 0))
+    t->fire (t->arg);
+}
+
+static void
+stop_cb (struct ev_loop *loop, ev_async *w, int revents)
+{
+  ev_break (loop, EVBREAK_ALL);
+}
+
+struct timer_service *
+timer_service_new (void)
+{
+  struct timer_service *ts = calloc (1, sizeof *ts);
+
+  if (ts == NULL)
+    return NULL;
+  /* No signal mask games and no SIGCHLD handler inside nbdkit. */
+  ts->loop = ev_loop_new (EVFLAG_AUTO | EVFLAG_NOSIGMASK);
+  if (ts->loop == NULL) {
+    log_error ("cannot create the libev loop for unplug timers");
+    free (ts);
+    errno = ENOMEM;
+    return NULL;
+  }
+  ev_async_init (&ts->stop, stop_cb);
+  ev_async_start (ts->loop, &ts->stop);
+  return ts;
+}
+
+void
+unplug_timer_init (struct unplug_timer *t, void (*fire) (void *), void *arg)
+{
+  t->service = NULL;
+  atomic_init (&t->deadline_ns, 0);
+  t->fire = fire;
+  t->arg = arg;
+  ev_timer_init (&t->timer, timer_cb, 0., 0.);
+  t->timer.data = t;
+  ev_async_init (&t->wake, wake_cb);
+  t->wake.data = t;
+}
+
+int
+timer_service_attach (struct timer_service *ts, struct unplug_timer *t)
+{
+  if (ts->running) {
+    errno = EBUSY;              /* libev watchers start in the loop thread */
+    return -1;
+  }
+  t->service = ts;
+  ev_async_start (ts->loop, &t->wake);
+  /* A deadline set before attaching still has to fire. */
+  if (atomic_load (&t->deadline_ns))
+    ev_async_send (ts->loop, &t->wake);
+  return 0;
+}
+
+static void *
+loop_thread (void *arg)
+{
+  struct timer_service *ts = arg;
+
+  ev_run (ts->loop, 0);
+  return NULL;
+}
+
+/* Every thread the engine starts blocks signals, so nbdkit's own threads
+ * keep receiving SIGTERM and SIGINT.
+ */
+int
+engine_thread_create (pthread_t *thread, void *(*fn) (void *), void *arg)
+{
+  sigset_t all, old;
+  int r;
+
+  sigfillset (&all);
+  pthread_sigmask (SIG_SETMASK, &all, &old);
+  r = pthread_create (thread, NULL, fn, arg);
+  pthread_sigmask (SIG_SETMASK, &old, NULL);
+  if (r != 0) {
+    errno = r;
+    return -1;
+  }
+  return 0;
+}
+
+int
+timer_service_start (struct timer_service *ts)
+{
+  if (engine_thread_create (&ts->thread, loop_thread, ts) == -1) {
+    log_error ("cannot start the unplug timer thread: %m");
+    return -1;
+  }
+  ts->running = true;
+  return 0;
+}
+
+void
+timer_service_free (struct timer_service *ts)
+{
+  if (ts == NULL)
+    return;
+  if (ts->running) {
+    ev_async_send (ts->loop, &ts->stop);
+    pthread_join (ts->thread, NULL);
+  }
+  ev_loop_destroy (ts->loop);
+  free (ts);
+}
+
+void
+unplug_timer_arm (struct unplug_timer *t, uint64_t delay_ns)
+{
+  atomic_store (&t->deadline_ns, monotonic_ns () + delay_ns);
+  if (t->service)
+    ev_async_send (t->service->loop, &t->wake);
+}
+
+/* Lazy: the pending ev_timer fires later, finds no deadline and does
+ * nothing.  That saves a loop wake-up on every unplug.
+ */
+void
+unplug_timer_cancel (struct unplug_timer *t)
+{
+  atomic_store (&t->deadline_ns, 0);
+}
