@@ -1,0 +1,1046 @@
+/* plugq: one disk's plugged request queue.
+ *
+ * Life of a write: the request thread copies the data into a buffer,
+ * takes the queue lock, cuts older queued pieces where the new one
+ * overlaps them (newest data wins, whatever order they go out in),
+ * inserts the piece, plugs an idle queue (arming its unplug timer) or
+ * unplugs it when a trigger says so, and answers.  The disk's dispatch
+ * thread, woken by an unplug, asks the elevator where to start, takes
+ * that piece and the pieces that continue it back to back, drops the
+ * lock and issues one backend operation for all of them.
+ *
+ * Reads and extents never wait for the queue: they snapshot the pieces
+ * that overlap them (in flight, then queued: the newer ones), read the
+ * backend, and lay the snapshot over the result.
+ *
+ * FLUSH registers a barrier at the newest sequence number and waits for
+ * a backend flush that starts after every piece up to the barrier has
+ * been written.  Flushes and FUA writes that arrive together share one
+ * backend flush (group commit).  All backend writes and flushes of a
+ * disk come from its one dispatch thread, so nothing in flight can
+ * overlap a newer write, and the queue lock is never held across I/O.
+ */
+#include <config.h>
+
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "elevator.h"
+#include "log.h"
+#include "queue.h"
+#include "request.h"
+#include "session.h"
+#include "timer_service.h"
+
+#define MS (UINT64_C (1000000))
+
+struct flush_state {
+  bool wanted;
+  uint64_t barrier_seq;         /* pieces up to here go before the flush */
+  uint64_t next_epoch;          /* the backend flush not yet started */
+  uint64_t done_epoch;          /* the last backend flush finished */
+  uint64_t failed_epoch;        /* the last backend flush that failed */
+  int failed_errno;
+};
+
+/* Write-back errors of answered writes, as the kernel's errseq_t. */
+struct latched_error {
+  uint64_t seq;                 /* bumped on every error */
+  int errnum;
+  bool seen;
+};
+
+struct queue {
+  char *name;
+  struct backend *backend;
+  struct queue_config cfg;
+  uint64_t merge_limit;         /* min (max-merge, backend max_write) */
+  unsigned index;               /* this disk's slot in every session */
+
+  pthread_mutex_t lock;
+  pthread_cond_t dispatch_wake; /* the dispatch thread sleeps here */
+  pthread_cond_t progress;      /* pieces written, flushes done, space */
+
+  struct piece_tree by_offset;
+  struct piece_list by_age;
+  struct piece_list in_flight;
+  struct elevator_state elevator;
+  uint32_t nr_queued;
+  uint64_t queued_bytes;
+  uint64_t next_seq;
+
+  bool plugged;
+  bool running;                 /* unplugged: dispatch until empty */
+  bool stopping;
+  uint64_t plug_deadline_ns;
+
+  struct flush_state flush;
+  struct latched_error error;
+
+  struct unplug_timer timer;
+  pthread_t dispatcher;
+  bool dispatcher_started;
+
+  struct queue_stats stats;
+};
+
+void
+queue_config_defaults (struct queue_config *c)
+{
+  c->elevator = &elevator_deadline;
+  c->ack = ACK_QUEUED;
+  c->unplug_delay_ns = 3 * MS;
+  c->unplug_thresh = 16;
+  c->max_merge = 1024 * 1024;
+  c->queue_bytes = 64 * 1024 * 1024;
+  c->write_expire_ns = 5000 * MS;
+}
+
+static void timer_fired (void *q);
+
+struct queue *
+queue_new (const char *name, struct backend *backend,
+           const struct queue_config *cfg)
+{
+  struct queue *q = calloc (1, sizeof *q);
+
+  if (q == NULL || (q->name = strdup (name)) == NULL) {
+    free (q);
+    return NULL;
+  }
+  q->backend = backend;
+  q->cfg = *cfg;
+  q->merge_limit = cfg->max_merge;
+  if (backend->max_write && backend->max_write < q->merge_limit)
+    q->merge_limit = backend->max_write;
+  q->index = session_register_queue ();
+  pthread_mutex_init (&q->lock, NULL);
+  pthread_cond_init (&q->dispatch_wake, NULL);
+  pthread_cond_init (&q->progress, NULL);
+  RB_INIT (&q->by_offset);
+  TAILQ_INIT (&q->by_age);
+  TAILQ_INIT (&q->in_flight);
+  q->elevator.by_offset = &q->by_offset;
+  q->elevator.by_age = &q->by_age;
+  q->flush.next_epoch = 1;
+  unplug_timer_init (&q->timer, timer_fired, q);
+  return q;
+}
+
+const char *
+queue_name (const struct queue *q)
+{
+  return q->name;
+}
+
+const struct backend *
+queue_backend (const struct queue *q)
+{
+  return q->backend;
+}
+
+const struct queue_config *
+queue_get_config (const struct queue *q)
+{
+  return &q->cfg;
+}
+
+/* ------------------------------------------------------------ plugging */
+
+static void
+plug (struct queue *q)
+{
+  q->plugged = true;
+  q->stats.plugs++;
+  q->plug_deadline_ns = monotonic_ns () + q->cfg.unplug_delay_ns;
+  unplug_timer_arm (&q->timer, q->cfg.unplug_delay_ns);
+  if (log_queue_events)
+    log_debug ("%s: plug (%" PRIu32 " queued)", q->name, q->nr_queued);
+}
+
+/* Called with the lock held.  Only a plugged queue counts an unplug, as
+ * in the kernel: a running queue is already draining.
+ */
+static void
+unplug_locked (struct queue *q, enum unplug_cause cause)
+{
+  if (q->plugged) {
+    q->plugged = false;
+    unplug_timer_cancel (&q->timer);
+    q->stats.unplugs[cause]++;
+    if (log_queue_events)
+      log_debug ("%s: unplug (%s, %" PRIu32 " queued)",
+                 q->name, unplug_cause_names[cause], q->nr_queued);
+  }
+  q->running = true;
+  pthread_cond_signal (&q->dispatch_wake);
+}
+
+void
+queue_unplug (struct queue *q, enum unplug_cause cause)
+{
+  pthread_mutex_lock (&q->lock);
+  unplug_locked (q, cause);
+  pthread_mutex_unlock (&q->lock);
+}
+
+/* Timer thread: hand the unplug to the dispatcher and go. */
+static void
+timer_fired (void *arg)
+{
+  struct queue *q = arg;
+
+  pthread_mutex_lock (&q->lock);
+  if (q->plugged)
+    unplug_locked (q, UNPLUG_TIMER);
+  pthread_mutex_unlock (&q->lock);
+}
+
+/* After a piece joined the queue: plug an idle queue, unplug on a
+ * threshold or a sync trigger.
+ */
+static void
+after_insert (struct queue *q, unsigned flags)
+{
+  if (!q->plugged && !q->running)
+    plug (q);
+  if (flags & REQ_FUA)
+    unplug_locked (q, UNPLUG_SYNC);
+  else if (q->plugged && q->nr_queued >= q->cfg.unplug_thresh)
+    unplug_locked (q, UNPLUG_THRESHOLD);
+}
+
+/* ------------------------------------------------------------ pieces */
+
+static void
+queue_link (struct queue *q, struct piece *p, struct piece *after)
+{
+  RB_INSERT (piece_tree, &q->by_offset, p);
+  if (after)
+    TAILQ_INSERT_AFTER (&q->by_age, after, p, by_age);
+  else
+    TAILQ_INSERT_TAIL (&q->by_age, p, by_age);
+  q->nr_queued++;
+  if (p->kind == OP_WRITE)
+    q->queued_bytes += p->length;
+}
+
+static void
+queue_unlink (struct queue *q, struct piece *p)
+{
+  RB_REMOVE (piece_tree, &q->by_offset, p);
+  TAILQ_REMOVE (&q->by_age, p, by_age);
+  q->nr_queued--;
+  if (p->kind == OP_WRITE)
+    q->queued_bytes -= p->length;
+}
+
+static void
+piece_free (struct piece *p)
+{
+  data_buffer_put (p->buf);
+  free (p);
+}
+
+/* A piece that will never reach the backend because a newer request
+ * covers it counts as written for whoever waits on it: the newer data
+ * is what the disk must hold.
+ */
+static void
+piece_superseded (struct queue *q, struct piece *p)
+{
+  queue_unlink (q, p);
+  if (p->waiter && --p->waiter->pending == 0)
+    pthread_cond_broadcast (&q->progress);
+  piece_free (p);
+}
+
+static void
+piece_drop_front (struct piece *p, uint64_t new_offset)
+{
+  uint64_t cut = new_offset - p->offset;
+
+  p->offset = new_offset;
+  p->length -= cut;
+  p->buf_offset += cut;
+}
+
+/* The part of p past `end` as a piece of its own, next to p in age. */
+static struct piece *
+piece_split_tail (struct queue *q, struct piece *p, uint64_t end)
+{
+  struct piece *tail = malloc (sizeof *tail);
+
+  if (tail == NULL)
+    return NULL;
+  *tail = *p;
+  tail->first_piece = false;
+  if (tail->buf)
+    data_buffer_get (tail->buf);
+  if (tail->waiter)
+    tail->waiter->pending++;
+  piece_drop_front (tail, end);
+  if (p->kind == OP_WRITE)
+    q->queued_bytes -= tail->length;     /* re-added by queue_link */
+  p->length = end - p->offset;
+  queue_link (q, tail, p);
+  return tail;
+}
+
+/* Makes [offset, end) free of queued pieces, so the new piece is the
+ * only source of those bytes.  In-flight pieces are left alone: they are
+ * older, already being written, and the new piece goes out after them.
+ */
+static int
+cut_overlaps (struct queue *q, uint64_t offset, uint64_t end)
+{
+  struct piece key = { .offset = offset };
+  struct piece *p = RB_NFIND (piece_tree, &q->by_offset, &key);
+  struct piece *prev = p ? RB_PREV (piece_tree, &q->by_offset, p)
+    : RB_MAX (piece_tree, &q->by_offset);
+
+  if (prev && piece_end (prev) > offset) {
+    if (piece_end (prev) > end && piece_split_tail (q, prev, end) == NULL)
+      return -1;
+    if (prev->kind == OP_WRITE)
+      q->queued_bytes -= piece_end (prev) - offset;
+    prev->length = offset - prev->offset;
+  }
+  while (p && p->offset < end) {
+    struct piece *next = RB_NEXT (piece_tree, &q->by_offset, p);
+
+    if (piece_end (p) <= end)
+      piece_superseded (q, p);
+    else {
+      if (p->kind == OP_WRITE)
+        q->queued_bytes -= end - p->offset;
+      piece_drop_front (p, end);        /* keeps its place in the tree */
+    }
+    p = next;
+  }
+  return 0;
+}
+
+/* Zeroes and trims hold no data, but every piece costs memory and
+ * lookup time: bound their number too (the kernel's nr_requests).
+ */
+#define MAX_QUEUED_PIECES 65536
+
+static bool
+queue_full (const struct queue *q, uint64_t bytes)
+{
+  return q->nr_queued >= MAX_QUEUED_PIECES
+    || (q->queued_bytes > 0 && q->queued_bytes + bytes > q->cfg.queue_bytes);
+}
+
+/* Back-pressure: the writer waits, queued data is never dropped. */
+static void
+wait_for_space (struct queue *q, uint64_t bytes)
+{
+  bool counted = false;
+
+  while (queue_full (q, bytes)) {
+    if (!counted) {
+      q->stats.full_waits++;
+      counted = true;
+    }
+    unplug_locked (q, UNPLUG_FULL);
+    pthread_cond_wait (&q->progress, &q->lock);
+  }
+}
+
+static int
+check_range (struct queue *q, uint64_t count, uint64_t offset)
+{
+  uint32_t align = q->backend->limits.minimum;
+
+  if (offset > q->backend->size || count > q->backend->size - offset) {
+    errno = ENOSPC;
+    return -1;
+  }
+  /* Direct I/O cannot take a misaligned piece, and the spec lets a
+   * server refuse what the advertised minimum block size forbids.
+   */
+  if (align > 1 && ((offset | count) & (align - 1))) {
+    errno = EINVAL;
+    return -1;
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------ errors */
+
+static uint64_t *
+error_cursor (struct queue *q, struct session *s)
+{
+  uint64_t *slot = session_slot (s, q->index);
+
+  /* Like errseq_sample: a session opened after an error nobody has been
+   * told about yet will still be told.
+   */
+  if (slot && *slot == SESSION_SLOT_UNSET)
+    *slot = q->error.seen || q->error.seq == 0 ? q->error.seq
+      : q->error.seq - 1;
+  return slot;
+}
+
+static void
+latch_error (struct queue *q, int errnum)
+{
+  q->error.seq++;
+  q->error.errnum = errnum;
+  q->error.seen = false;
+  q->stats.latched_errors++;
+  log_error ("%s: write-back failed: %s (reported on the next flush)",
+             q->name, strerror (errnum));
+}
+
+/* The latched error this session has not been told about, or 0. */
+static int
+take_latched_error (struct queue *q, struct session *s)
+{
+  uint64_t *cursor = error_cursor (q, s);
+
+  if (q->error.seq == 0)
+    return 0;
+  if (cursor == NULL) {         /* no session: report what nobody saw */
+    if (q->error.seen)
+      return 0;
+    q->error.seen = true;
+    return q->error.errnum;
+  }
+  if (*cursor >= q->error.seq)
+    return 0;
+  *cursor = q->error.seq;
+  q->error.seen = true;
+  return q->error.errnum;
+}
+
+/* ------------------------------------------------------------ flushing */
+
+static uint64_t
+flush_start_locked (struct queue *q)
+{
+  q->flush.wanted = true;
+  if (q->next_seq > q->flush.barrier_seq)
+    q->flush.barrier_seq = q->next_seq;
+  unplug_locked (q, UNPLUG_FLUSH);
+  return q->flush.next_epoch;
+}
+
+static int
+flush_wait_locked (struct queue *q, struct session *s, uint64_t ticket)
+{
+  int err;
+
+  while (q->flush.done_epoch < ticket)
+    pthread_cond_wait (&q->progress, &q->lock);
+  err = q->flush.failed_epoch >= ticket ? q->flush.failed_errno : 0;
+  if (err == 0)
+    err = take_latched_error (q, s);
+  return err;
+}
+
+uint64_t
+queue_flush_start (struct queue *q)
+{
+  uint64_t ticket;
+
+  pthread_mutex_lock (&q->lock);
+  q->stats.flushes++;
+  ticket = flush_start_locked (q);
+  pthread_mutex_unlock (&q->lock);
+  return ticket;
+}
+
+int
+queue_flush_wait (struct queue *q, struct session *s, uint64_t ticket)
+{
+  uint64_t start = monotonic_ns ();
+  int err;
+
+  pthread_mutex_lock (&q->lock);
+  err = flush_wait_locked (q, s, ticket);
+  latency_record (&q->stats.flush_time, monotonic_ns () - start);
+  pthread_mutex_unlock (&q->lock);
+  if (err) {
+    errno = err;
+    return -1;
+  }
+  return 0;
+}
+
+int
+queue_flush (struct queue *q, struct session *s)
+{
+  return queue_flush_wait (q, s, queue_flush_start (q));
+}
+
+/* ------------------------------------------------------------ submit */
+
+static struct piece *
+piece_new (struct queue *q, enum op_kind kind, uint64_t count,
+           uint64_t offset, unsigned flags)
+{
+  struct piece *p = calloc (1, sizeof *p);
+
+  if (p == NULL)
+    return NULL;
+  p->offset = offset;
+  p->length = count;
+  p->kind = kind;
+  p->may_trim = (flags & REQ_MAY_TRIM) != 0;
+  p->state = PIECE_QUEUED;
+  p->first_piece = true;
+  p->arrival_ns = monotonic_ns ();
+  p->expires_ns = p->arrival_ns + q->cfg.write_expire_ns;
+  return p;
+}
+
+/* Queues p (unlocked on entry) and waits as the ack mode and FUA say. */
+static int
+submit (struct queue *q, struct session *s, struct piece *p, unsigned flags)
+{
+  struct completion done = { .pending = 1 };
+  bool wait = (flags & REQ_FUA) || q->cfg.ack == ACK_DISPATCHED;
+  struct op_counters *c = &q->stats.op[p->kind];
+  int err = 0;
+
+  pthread_mutex_lock (&q->lock);
+  wait_for_space (q, p->kind == OP_WRITE ? p->length : 0);
+  if (cut_overlaps (q, p->offset, piece_end (p)) == -1) {
+    pthread_mutex_unlock (&q->lock);
+    piece_free (p);
+    errno = ENOMEM;
+    return -1;
+  }
+  error_cursor (q, s);          /* this session now has writes here */
+  p->seq = ++q->next_seq;
+  p->waiter = wait ? &done : NULL;
+  c->requests++;
+  c->request_bytes += p->length;
+  if (flags & REQ_FUA)
+    q->stats.fua_requests++;
+  queue_link (q, p, NULL);
+  after_insert (q, flags);
+
+  if (flags & REQ_FUA)
+    err = flush_wait_locked (q, s, flush_start_locked (q));
+  else if (wait)
+    while (done.pending > 0)
+      pthread_cond_wait (&q->progress, &q->lock);
+  if (wait && done.err)
+    err = done.err;
+  pthread_mutex_unlock (&q->lock);
+  if (err) {
+    errno = err;
+    return -1;
+  }
+  return 0;
+}
+
+int
+queue_pwrite (struct queue *q, struct session *s, const void *buf,
+              uint32_t count, uint64_t offset, unsigned flags)
+{
+  struct piece *p;
+
+  if (check_range (q, count, offset) == -1)
+    return -1;
+  if (count == 0)
+    return 0;
+  p = piece_new (q, OP_WRITE, count, offset, flags);
+  if (p == NULL || (p->buf = data_buffer_new (buf, count)) == NULL) {
+    free (p);
+    errno = ENOMEM;
+    return -1;
+  }
+  return submit (q, s, p, flags);
+}
+
+int
+queue_zero (struct queue *q, struct session *s, uint64_t count,
+            uint64_t offset, unsigned flags)
+{
+  struct piece *p;
+
+  if (check_range (q, count, offset) == -1)
+    return -1;
+  /* A queued zero is answered at once, but it can only promise to be
+   * fast when the backend zeroes without writing every byte.
+   */
+  if ((flags & REQ_FAST_ZERO) && !q->backend->can_fast_zero) {
+    errno = ENOTSUP;
+    return -1;
+  }
+  if (count == 0)
+    return 0;
+  if ((p = piece_new (q, OP_ZERO, count, offset, flags)) == NULL) {
+    errno = ENOMEM;
+    return -1;
+  }
+  return submit (q, s, p, flags);
+}
+
+int
+queue_trim (struct queue *q, struct session *s, uint64_t count,
+            uint64_t offset, unsigned flags)
+{
+  struct piece *p;
+
+  if (check_range (q, count, offset) == -1)
+    return -1;
+  if (count == 0)
+    return 0;
+  if ((p = piece_new (q, OP_TRIM, count, offset, flags & REQ_FUA)) == NULL) {
+    errno = ENOMEM;
+    return -1;
+  }
+  return submit (q, s, p, flags);
+}
+
+/* ------------------------------------------------------------ reads */
+
+struct overlay {
+  uint64_t offset, length;
+  enum op_kind kind;
+  bool may_trim;
+  struct data_buffer *buf;
+  uint32_t buf_offset;
+};
+
+struct overlay_set {
+  struct overlay *v;
+  size_t len, cap;
+  struct overlay inline_v[8];
+};
+
+static int
+overlay_add (struct overlay_set *set, const struct piece *p)
+{
+  if (set->len == set->cap) {
+    size_t cap = set->cap * 2;
+    struct overlay *v = malloc (cap * sizeof *v);
+
+    if (v == NULL)
+      return -1;
+    memcpy (v, set->v, set->len * sizeof *v);
+    if (set->v != set->inline_v)
+      free (set->v);
+    set->v = v;
+    set->cap = cap;
+  }
+  set->v[set->len++] = (struct overlay) {
+    .offset = p->offset, .length = p->length, .kind = p->kind,
+    .may_trim = p->may_trim, .buf_offset = p->buf_offset,
+    .buf = p->buf ? data_buffer_get (p->buf) : NULL,
+  };
+  return 0;
+}
+
+static void
+overlay_free (struct overlay_set *set)
+{
+  for (size_t i = 0; i < set->len; i++)
+    data_buffer_put (set->v[i].buf);
+  if (set->v != set->inline_v)
+    free (set->v);
+}
+
+/* Under the lock: every piece over [offset, end), oldest layer first.
+ * Pieces in flight are always older than any queued piece they overlap:
+ * a queued piece older than them would have been cut when they arrived.
+ */
+static int
+overlay_collect (struct queue *q, uint64_t offset, uint64_t end,
+                 struct overlay_set *set)
+{
+  struct piece key = { .offset = offset };
+  struct piece *p;
+
+  set->v = set->inline_v;
+  set->len = 0;
+  set->cap = sizeof set->inline_v / sizeof set->inline_v[0];
+  TAILQ_FOREACH (p, &q->in_flight, batch)
+    if (p->offset < end && piece_end (p) > offset
+        && overlay_add (set, p) == -1)
+      return -1;
+  p = RB_NFIND (piece_tree, &q->by_offset, &key);
+  if (p && RB_PREV (piece_tree, &q->by_offset, p))
+    p = RB_PREV (piece_tree, &q->by_offset, p);
+  else if (p == NULL)
+    p = RB_MAX (piece_tree, &q->by_offset);
+  for (; p && p->offset < end; p = RB_NEXT (piece_tree, &q->by_offset, p))
+    if (piece_end (p) > offset && overlay_add (set, p) == -1)
+      return -1;
+  return 0;
+}
+
+static void
+overlay_apply_data (const struct overlay_set *set, bool trim_reads_zero,
+                    unsigned char *buf, uint64_t offset, uint64_t end)
+{
+  for (size_t i = 0; i < set->len; i++) {
+    const struct overlay *o = &set->v[i];
+    uint64_t from = o->offset > offset ? o->offset : offset;
+    uint64_t to = o->offset + o->length < end ? o->offset + o->length : end;
+
+    if (from >= to)
+      continue;
+    if (o->kind == OP_WRITE)
+      memcpy (buf + (from - offset),
+              o->buf->data + o->buf_offset + (from - o->offset), to - from);
+    else if (o->kind == OP_ZERO || trim_reads_zero)
+      memset (buf + (from - offset), 0, to - from);
+  }
+}
+
+static int
+snapshot (struct queue *q, uint64_t offset, uint64_t end,
+          struct overlay_set *set)
+{
+  int r;
+
+  pthread_mutex_lock (&q->lock);
+  r = overlay_collect (q, offset, end, set);
+  pthread_mutex_unlock (&q->lock);
+  if (r == -1) {
+    overlay_free (set);
+    errno = ENOMEM;
+  }
+  return r;
+}
+
+int
+queue_pread (struct queue *q, void *buf, uint32_t count, uint64_t offset)
+{
+  struct overlay_set set;
+  uint64_t start = monotonic_ns ();
+  int r;
+
+  if (check_range (q, count, offset) == -1)
+    return -1;
+  if (snapshot (q, offset, offset + count, &set) == -1)
+    return -1;
+  r = q->backend->ops->pread (q->backend, buf, count, offset);
+  if (r == 0)
+    overlay_apply_data (&set, q->backend->trim_reads_zero, buf, offset,
+                        offset + count);
+  overlay_free (&set);
+
+  pthread_mutex_lock (&q->lock);
+  q->stats.op[OP_READ].requests++;
+  q->stats.op[OP_READ].request_bytes += count;
+  q->stats.op[OP_READ].backend_ops++;
+  q->stats.op[OP_READ].backend_bytes += count;
+  q->stats.op[OP_READ].ticks_ms_x1000 += (monotonic_ns () - start) / 1000;
+  if (r == -1)
+    q->stats.op[OP_READ].errors++;
+  pthread_mutex_unlock (&q->lock);
+  return r;
+}
+
+/* Queued data reads as data, queued zeroes as zero; a queued trim may
+ * or may not punch a hole, so it claims nothing.
+ */
+int
+queue_extents (struct queue *q, uint64_t count, uint64_t offset,
+               struct extent_list *list)
+{
+  struct overlay_set set;
+  uint64_t end;
+  int r;
+
+  if (count == 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  if (check_range (q, count, offset) == -1)
+    return -1;
+  end = offset + count;
+  if (snapshot (q, offset, end, &set) == -1)
+    return -1;
+  r = q->backend->ops->extents (q->backend, count, offset, list);
+  if (r == 0)
+    extent_list_truncate (list, end);
+  for (size_t i = 0; r == 0 && i < set.len; i++) {
+    const struct overlay *o = &set.v[i];
+    uint32_t type = o->kind == OP_ZERO ? EXTENT_ZERO : 0;
+
+    r = extent_list_overlay (list, o->offset, o->length, type);
+  }
+  overlay_free (&set);
+  return r;
+}
+
+int
+queue_cache (struct queue *q, uint64_t count, uint64_t offset)
+{
+  if (check_range (q, count, offset) == -1)
+    return -1;
+  return q->backend->ops->cache
+    ? q->backend->ops->cache (q->backend, count, offset) : 0;
+}
+
+/* ------------------------------------------------------------ dispatch */
+
+struct batch {
+  struct piece *first;
+  uint32_t nr_pieces;
+  uint64_t bytes;
+};
+
+static size_t
+batch_limit (const struct queue *q)
+{
+  /* unplug-thresh=1 is the unplugged baseline: one request, one op. */
+  if (q->cfg.unplug_thresh <= 1)
+    return 1;
+  return q->backend->max_iov > 0 ? (size_t) q->backend->max_iov : 1024;
+}
+
+/* Under the lock: moves the elevator's next run of pieces in flight. */
+static void
+batch_take (struct queue *q, struct batch *b)
+{
+  uint64_t now = monotonic_ns ();
+  struct piece *p = q->cfg.elevator->first (&q->elevator, now);
+  size_t limit = batch_limit (q);
+
+  b->first = p;
+  b->nr_pieces = 0;
+  b->bytes = 0;
+  while (p) {
+    struct piece *next = q->cfg.elevator->next (&q->elevator, p);
+
+    queue_unlink (q, p);
+    p->state = PIECE_IN_FLIGHT;
+    TAILQ_INSERT_TAIL (&q->in_flight, p, batch);
+    latency_record (&q->stats.queue_time, now - p->arrival_ns);
+    b->nr_pieces++;
+    b->bytes += p->length;
+    if (next == NULL || b->nr_pieces >= limit
+        || b->bytes + next->length > q->merge_limit)
+      break;
+    p = next;
+  }
+  q->elevator.head = b->first->offset + b->bytes;
+  q->stats.in_flight = b->nr_pieces;
+}
+
+static int
+batch_write (struct queue *q, struct batch *b)
+{
+  struct iovec inline_iov[16], *iov = inline_iov;
+  struct piece *p;
+  int i = 0, r;
+
+  if (b->nr_pieces > 16 && (iov = malloc (b->nr_pieces * sizeof *iov)) == NULL)
+    return -1;
+  TAILQ_FOREACH (p, &q->in_flight, batch) {
+    iov[i].iov_base = p->buf->data + p->buf_offset;
+    iov[i].iov_len = p->length;
+    i++;
+  }
+  r = q->backend->ops->pwritev (q->backend, iov, i, b->first->offset);
+  if (iov != inline_iov)
+    free (iov);
+  return r;
+}
+
+/* Unlocked: the one backend operation for the batch. */
+static int
+batch_issue (struct queue *q, struct batch *b)
+{
+  struct backend *be = q->backend;
+
+  switch (b->first->kind) {
+  case OP_WRITE:
+    return batch_write (q, b);
+  case OP_ZERO:
+    return be->ops->zero (be, b->bytes, b->first->offset,
+                          b->first->may_trim);
+  case OP_TRIM:
+    return be->ops->trim (be, b->bytes, b->first->offset);
+  default:
+    abort ();
+  }
+}
+
+/* Under the lock: the batch is on the backend (or failed). */
+static void
+batch_complete (struct queue *q, struct batch *b, int err,
+                uint64_t issued_ns)
+{
+  uint64_t now = monotonic_ns ();
+  struct op_counters *c = &q->stats.op[b->first->kind];
+  struct piece *p;
+  bool latched = false;
+
+  c->backend_ops++;
+  c->backend_bytes += b->bytes;
+  c->merges += b->nr_pieces - 1;
+  q->stats.requests_dispatched += b->nr_pieces;
+  latency_record (&q->stats.dispatch_time, now - issued_ns);
+  if (err)
+    c->errors++;
+  while ((p = TAILQ_FIRST (&q->in_flight)) != NULL) {
+    TAILQ_REMOVE (&q->in_flight, p, batch);
+    c->ticks_ms_x1000 += (now - p->arrival_ns) / 1000;
+    q->stats.time_in_queue_us += (now - p->arrival_ns) / 1000;
+    if (err && p->waiter && p->waiter->err == 0)
+      p->waiter->err = err;
+    else if (err && !p->waiter && !latched) {
+      latch_error (q, err);     /* nobody left to tell but a flush */
+      latched = true;
+    }
+    if (p->waiter)
+      p->waiter->pending--;
+    piece_free (p);
+  }
+  q->stats.in_flight = 0;
+  pthread_cond_broadcast (&q->progress);
+}
+
+static void
+dispatch_one_batch (struct queue *q)
+{
+  struct batch b;
+  uint64_t issued;
+  int err = 0;
+
+  batch_take (q, &b);
+  pthread_mutex_unlock (&q->lock);
+  issued = monotonic_ns ();
+  if (batch_issue (q, &b) == -1)
+    err = errno ? errno : EIO;
+  pthread_mutex_lock (&q->lock);
+  batch_complete (q, &b, err, issued);
+}
+
+/* Pieces up to the flush barrier are still queued. */
+static bool
+flush_blocked (const struct queue *q)
+{
+  const struct piece *oldest = TAILQ_FIRST (&q->by_age);
+
+  return oldest && oldest->seq <= q->flush.barrier_seq;
+}
+
+static void
+backend_flush_locked (struct queue *q)
+{
+  uint64_t epoch = q->flush.next_epoch++;
+  int err = 0;
+
+  q->flush.wanted = false;
+  pthread_mutex_unlock (&q->lock);
+  if (q->backend->ops->flush (q->backend) == -1)
+    err = errno ? errno : EIO;
+  pthread_mutex_lock (&q->lock);
+  q->stats.backend_flushes++;
+  if (err) {
+    q->flush.failed_epoch = epoch;
+    q->flush.failed_errno = err;
+    log_error ("%s: backend flush failed: %s", q->name, strerror (err));
+  }
+  q->flush.done_epoch = epoch;
+  pthread_cond_broadcast (&q->progress);
+}
+
+static void *
+dispatch_thread (void *arg)
+{
+  struct queue *q = arg;
+
+  pthread_mutex_lock (&q->lock);
+  for (;;) {
+    /* A flush goes first once its barrier is clear, or a stream of new
+     * writes would keep it waiting for an empty queue forever.
+     */
+    if (q->flush.wanted && !flush_blocked (q))
+      backend_flush_locked (q);
+    else if (q->running && q->nr_queued > 0)
+      dispatch_one_batch (q);
+    else if (q->nr_queued == 0 && q->stopping)
+      break;
+    else {
+      if (q->nr_queued == 0)
+        q->running = false;     /* idle: the next arrival plugs again */
+      pthread_cond_wait (&q->dispatch_wake, &q->lock);
+    }
+  }
+  pthread_mutex_unlock (&q->lock);
+  return NULL;
+}
+
+int
+queue_start (struct queue *q, struct timer_service *ts)
+{
+  if (ts && timer_service_attach (ts, &q->timer) == -1)
+    return -1;
+  if (engine_thread_create (&q->dispatcher, dispatch_thread, q) == -1) {
+    log_error ("%s: cannot start the dispatch thread: %m", q->name);
+    return -1;
+  }
+  q->dispatcher_started = true;
+  return 0;
+}
+
+/* Drains everything and makes it durable before the threads go. */
+void
+queue_stop (struct queue *q)
+{
+  uint64_t ticket;
+
+  if (!q->dispatcher_started)
+    return;
+  pthread_mutex_lock (&q->lock);
+  if (q->plugged)
+    unplug_locked (q, UNPLUG_DRAIN);
+  ticket = flush_start_locked (q);
+  if (flush_wait_locked (q, NULL, ticket) != 0)
+    log_error ("%s: data may be lost: the final write-out failed",
+               q->name);
+  q->stopping = true;
+  pthread_cond_signal (&q->dispatch_wake);
+  pthread_mutex_unlock (&q->lock);
+  pthread_join (q->dispatcher, NULL);
+  q->dispatcher_started = false;
+  unplug_timer_cancel (&q->timer);
+}
+
+void
+queue_free (struct queue *q)
+{
+  struct piece *p;
+
+  if (q == NULL)
+    return;
+  queue_stop (q);
+  while ((p = TAILQ_FIRST (&q->by_age)) != NULL) {
+    queue_unlink (q, p);
+    piece_free (p);
+  }
+  backend_close (q->backend);
+  pthread_mutex_destroy (&q->lock);
+  pthread_cond_destroy (&q->dispatch_wake);
+  pthread_cond_destroy (&q->progress);
+  free (q->name);
+  free (q);
+}
+
+void
+queue_stats_snapshot (struct queue *q, struct queue_stats *out)
+{
+  pthread_mutex_lock (&q->lock);
+  *out = q->stats;
+  out->queued_requests = q->nr_queued;
+  out->queued_bytes = q->queued_bytes;
+  pthread_mutex_unlock (&q->lock);
+}
