@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs everything plugq needs to build, test and benchmark on Debian 12.
+# Idempotent: apt-get skips what is already there.
+set -euo pipefail
+
+packages=(
+  build-essential autoconf automake libtool pkg-config clang libclang-rt-14-dev
+  nbdkit nbdkit-plugin-dev libnbd-dev libnbd-bin python3-libnbd
+  libev-dev libjansson-dev libbsd-dev
+  bats bats-assert bats-support bats-file jq
+  qemu-utils fio nbd-server nbd-client
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
+    || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: need root to install: ${missing[*]}" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"

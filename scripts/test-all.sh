@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Builds plugq in every configuration CI checks and runs every test:
+#   gcc   -Werror build: unit, model and all Bats client tests
+#   clang -Werror build (warnings only)
+#   ASan+UBSan build: unit and model tests
+#   TSan build: the threaded unit and model tests
+#   libFuzzer: the queue fuzzer over its corpus, briefly
+# Ends with one line "N passed, N failed, N skipped" over all of them.
+set -uo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+out=${BUILDROOT:-$top/_build}
+export PATH=/usr/bin:$PATH          # python3 with the nbd module
+passed=0 failed=0 skipped=0
+status=0
+
+# Adds automake's "# PASS: / # FAIL: / # SKIP: / # ERROR:" counts of one run.
+count_run() {
+  local log=$1 n
+  n=$(sed -n 's/^# PASS: *//p' "$log" | tail -1); passed=$((passed + ${n:-0}))
+  n=$(sed -n 's/^# SKIP: *//p' "$log" | tail -1); skipped=$((skipped + ${n:-0}))
+  n=$(sed -n 's/^# FAIL: *//p' "$log" | tail -1); failed=$((failed + ${n:-0}))
+  n=$(sed -n 's/^# ERROR: *//p' "$log" | tail -1); failed=$((failed + ${n:-0}))
+  n=$(sed -n 's/^# XPASS: *//p' "$log" | tail -1); failed=$((failed + ${n:-0}))
+}
+
+stage() { printf '\n=== %s ===\n' "$*"; }
+
+# make check in BUILDDIR with extra make arguments; counts its results.
+run_check() {
+  local dir=$1; shift
+  local log=$dir/check.out
+  (cd "$dir" && make -j"$(nproc)" check "$@") >"$log" 2>&1
+  local rc=$?
+  grep -E '^(PASS|FAIL|SKIP|ERROR|XPASS):' "$log" | grep -v '^PASS' || true
+  grep -E '^# (TOTAL|PASS|SKIP|FAIL|ERROR):' "$log"
+  if [ $rc -ne 0 ]; then
+    status=1
+    for f in $(cd "$dir" && grep -lE '^(not ok|FAIL|ERROR)' $(find . -name '*.log' ! -name 'test-suite.log' ! -name 'config.log' ! -name 'make.log' ! -name 'configure.log') 2>/dev/null); do
+      echo "--- $dir/$f"; tail -n 60 "$dir/$f"
+    done
+    grep -qE '^# TOTAL:' "$log" || { tail -n 80 "$log"; failed=$((failed + 1)); }
+  fi
+  count_run "$log"
+}
+
+build() {
+  local dir=$1; shift
+  if ! "$top/scripts/build.sh" "$dir" "$@"; then
+    echo "build failed in $dir"; failed=$((failed + 1)); status=1
+    return 1
+  fi
+}
+
+unit_tests="server/tests/test_extents server/tests/test_backend_file server/tests/test_backend_memory server/tests/test_elevator server/tests/test_queue server/tests/test_linear server/tests/test_model"
+threaded_tests="server/tests/test_queue server/tests/test_linear server/tests/test_model"
+
+stage "gcc -Werror: unit, model and client tests"
+build "$out/gcc" CC=gcc && run_check "$out/gcc"
+
+stage "clang -Werror build"
+build "$out/clang" CC=clang && echo "clang build: no warnings"
+
+stage "AddressSanitizer + UBSan: unit and model tests"
+san="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all"
+build "$out/asan" CC=gcc CFLAGS="$san" LDFLAGS="-fsanitize=address,undefined" \
+  && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+     run_check "$out/asan" TESTS="$unit_tests"
+
+stage "ThreadSanitizer: threaded unit and model tests"
+build "$out/tsan" CC=gcc CFLAGS="-O1 -g -fsanitize=thread" LDFLAGS="-fsanitize=thread" \
+  && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" PLUGQ_MODEL_SEEDS=60 \
+     run_check "$out/tsan" TESTS="$threaded_tests"
+
+stage "libFuzzer: queue fuzzer, 30 s"
+if build "$out/fuzz" CC=clang --enable-fuzzer CFLAGS="-O1 -g -fsanitize=address,undefined" \
+     LDFLAGS="-fsanitize=address,undefined"; then
+  (cd "$out/fuzz" && make server/tests/fuzz_queue >/dev/null 2>&1) || true
+  if [ -x "$out/fuzz/server/tests/fuzz_queue" ]; then
+    corpus=$out/fuzz/corpus; mkdir -p "$corpus"
+    if "$out/fuzz/server/tests/fuzz_queue" -max_total_time=30 -print_final_stats=0 \
+         "$corpus" "$top/server/tests/fuzz-corpus" >"$out/fuzz/fuzz.log" 2>&1; then
+      echo "PASS: fuzz_queue"; passed=$((passed + 1))
+    else
+      echo "FAIL: fuzz_queue"; tail -n 40 "$out/fuzz/fuzz.log"; failed=$((failed + 1)); status=1
+    fi
+  else
+    echo "FAIL: fuzz_queue did not build"; failed=$((failed + 1)); status=1
+  fi
+fi
+
+echo
+echo "$passed passed, $failed failed, $skipped skipped"
+exit $status
