@@ -1,0 +1,760 @@
+/* plugq: regular file or block device backend.
+ *
+ * All I/O uses pread/pwrite/pwritev with explicit offsets, so the file
+ * position of the I/O descriptor is never relied on and request threads
+ * can read while the dispatch thread writes.
+ */
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#include <linux/fs.h>
+
+#include "backend.h"
+#include "fd_io.h"
+#include "log.h"
+
+#define MAX_REQUEST (64 * 1024 * 1024) /* nbdkit's cap on one request */
+#define MAX_WRITE (32 * 1024 * 1024)
+#define DIRECT_MIN_ALIGN 4096
+/* Bounce and zero buffers: large enough to keep the disk streaming, small
+ * enough not to matter next to the queue's own memory.
+ */
+#define BOUNCE_SIZE (4 * 1024 * 1024)
+#define MAX_EXTENTS_PER_CALL 65536
+
+struct file_backend {
+  struct backend b;             /* first, so the two pointers convert */
+  int fd;                       /* all I/O */
+  int seek_fd;                  /* SEEK_DATA/SEEK_HOLE only */
+  char *path;
+  bool is_block;
+  bool direct;
+  bool readonly;
+  uint32_t align;               /* O_DIRECT granule; 1 without O_DIRECT */
+  uint32_t sector;              /* logical block size of a block device */
+
+  /* Methods the kernel told us it lacks (EOPNOTSUPP) are not tried again.
+   * Atomic because a disk's dispatch may move between threads.
+   */
+  atomic_bool can_punch;
+  atomic_bool can_zero_range;
+  atomic_bool can_zeroout;
+  atomic_bool can_discard;
+  atomic_bool can_seek;
+};
+
+static struct file_backend *
+to_file (struct backend *b)
+{
+  return (struct file_backend *) b;
+}
+
+static bool
+is_aligned (uint64_t v, uint32_t align)
+{
+  return (v & (align - 1)) == 0;
+}
+
+static bool
+range_ok (const struct backend *b, uint64_t count, uint64_t offset)
+{
+  if (count > b->size || offset > b->size - count) {
+    errno = EINVAL;
+    return false;
+  }
+  return true;
+}
+
+static bool
+writable (const struct file_backend *f)
+{
+  if (f->readonly) {
+    errno = EROFS;
+    return false;
+  }
+  return true;
+}
+
+/* The kernel's ways of saying "this call will never work here". */
+static bool
+is_unsupported (int err)
+{
+  return err == EOPNOTSUPP || err == ENOSYS || err == ENODEV || err == ENOTTY;
+}
+
+/* O_DIRECT wants the buffer address aligned too; reads into a caller's
+ * unaligned buffer go through a bounce buffer.
+ */
+static int
+direct_pread (struct file_backend *f, void *buf, size_t count,
+              uint64_t offset)
+{
+  char *out = buf, *bounce;
+
+  if (!is_aligned (offset, f->align) || !is_aligned (count, f->align)) {
+    errno = EINVAL;
+    return -1;
+  }
+  if (is_aligned ((uintptr_t) buf, f->align))
+    return full_pread (f->fd, buf, count, offset);
+
+  bounce = alloc_aligned (count < BOUNCE_SIZE ? count : BOUNCE_SIZE, f->align);
+  if (bounce == NULL)
+    return -1;
+  while (count > 0) {
+    size_t n = count < BOUNCE_SIZE ? count : BOUNCE_SIZE;
+
+    if (full_pread (f->fd, bounce, n, offset) == -1) {
+      free (bounce);
+      return -1;
+    }
+    memcpy (out, bounce, n);
+    out += n;
+    offset += n;
+    count -= n;
+  }
+  free (bounce);
+  return 0;
+}
+
+static int
+file_pread (struct backend *b, void *buf, size_t count, uint64_t offset)
+{
+  struct file_backend *f = to_file (b);
+  int r;
+
+  if (!range_ok (b, count, offset))
+    return -1;
+  if (f->direct)
+    r = direct_pread (f, buf, count, offset);
+  else
+    r = full_pread (f->fd, buf, count, offset);
+  if (r == -1 && errno != EINVAL)
+    log_error ("%s: pread %zu bytes at %" PRIu64 ": %m",
+               f->path, count, offset);
+  return r;
+}
+
+static bool
+iov_aligned (const struct iovec *iov, int iovcnt, uint32_t align)
+{
+  int i;
+
+  for (i = 0; i < iovcnt; i++)
+    if (!is_aligned ((uintptr_t) iov[i].iov_base, align)
+        || !is_aligned (iov[i].iov_len, align))
+      return false;
+  return true;
+}
+
+/* Copies n bytes from the vector, starting at element *i, byte *off. */
+static void
+gather (char *dst, size_t n, const struct iovec *iov, int *i, size_t *off)
+{
+  while (n > 0) {
+    size_t avail = iov[*i].iov_len - *off;
+    size_t k = avail < n ? avail : n;
+
+    memcpy (dst, (const char *) iov[*i].iov_base + *off, k);
+    dst += k;
+    n -= k;
+    *off += k;
+    if (*off == iov[*i].iov_len) {
+      (*i)++;
+      *off = 0;
+    }
+  }
+}
+
+static int
+direct_pwritev (struct file_backend *f, const struct iovec *iov, int iovcnt,
+                uint64_t total, uint64_t offset)
+{
+  char *bounce;
+  int i = 0;
+  size_t off = 0;
+
+  if (!is_aligned (offset, f->align) || !is_aligned (total, f->align)) {
+    errno = EINVAL;
+    return -1;
+  }
+  if (iov_aligned (iov, iovcnt, f->align))
+    return full_pwritev (f->fd, iov, iovcnt, offset);
+
+  bounce = alloc_aligned (total < BOUNCE_SIZE ? total : BOUNCE_SIZE,
+                          f->align);
+  if (bounce == NULL)
+    return -1;
+  while (total > 0) {
+    size_t n = total < BOUNCE_SIZE ? total : BOUNCE_SIZE;
+
+    gather (bounce, n, iov, &i, &off);
+    if (full_pwrite (f->fd, bounce, n, offset) == -1) {
+      free (bounce);
+      return -1;
+    }
+    offset += n;
+    total -= n;
+  }
+  free (bounce);
+  return 0;
+}
+
+static int
+file_pwritev (struct backend *b, const struct iovec *iov, int iovcnt,
+              uint64_t offset)
+{
+  struct file_backend *f = to_file (b);
+  uint64_t total = 0;
+  int i, r;
+
+  for (i = 0; i < iovcnt; i++)
+    total += iov[i].iov_len;
+  if (!writable (f) || !range_ok (b, total, offset))
+    return -1;
+  if (total == 0)
+    return 0;
+  if (f->direct)
+    r = direct_pwritev (f, iov, iovcnt, total, offset);
+  else
+    r = full_pwritev (f->fd, iov, iovcnt, offset);
+  if (r == -1 && errno != EINVAL)
+    log_error ("%s: pwritev %" PRIu64 " bytes at %" PRIu64 ": %m",
+               f->path, total, offset);
+  return r;
+}
+
+/* 0: done; 1: this method cannot do it, try the next; -1: error. */
+static int
+try_fallocate (struct file_backend *f, atomic_bool *can, int mode,
+               uint64_t count, uint64_t offset)
+{
+  if (!atomic_load_explicit (can, memory_order_relaxed))
+    return 1;
+  if (fallocate (f->fd, mode, (off_t) offset, (off_t) count) == 0)
+    return 0;
+  if (is_unsupported (errno)) {
+    atomic_store_explicit (can, false, memory_order_relaxed);
+    log_debug ("%s: fallocate mode %#x unsupported, not trying again",
+               f->path, (unsigned) mode);
+    return 1;
+  }
+  /* Block devices refuse ranges not aligned to their sector. */
+  if (errno == EINVAL)
+    return 1;
+  return -1;
+}
+
+static int
+try_zeroout (struct file_backend *f, uint64_t count, uint64_t offset)
+{
+  uint64_t range[2] = { offset, count };
+
+  if (!f->is_block || !atomic_load_explicit (&f->can_zeroout,
+                                             memory_order_relaxed)
+      || !is_aligned (offset, f->sector) || !is_aligned (count, f->sector))
+    return 1;
+  if (ioctl (f->fd, BLKZEROOUT, range) == 0)
+    return 0;
+  if (is_unsupported (errno)) {
+    atomic_store_explicit (&f->can_zeroout, false, memory_order_relaxed);
+    return 1;
+  }
+  if (errno == EINVAL)
+    return 1;
+  return -1;
+}
+
+/* Without ZERO_RANGE but with punch hole (tmpfs, for one), a hole and
+ * then allocation keeps "no hole" requests allocated at fallocate speed.
+ */
+static int
+punch_and_allocate (struct file_backend *f, uint64_t count, uint64_t offset)
+{
+  int r = try_fallocate (f, &f->can_punch,
+                         FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                         count, offset);
+
+  if (r != 0)
+    return r;
+  if (fallocate (f->fd, 0, (off_t) offset, (off_t) count) == -1
+      && !is_unsupported (errno))
+    return -1;
+  return 0;
+}
+
+static int
+fast_zero (struct file_backend *f, uint64_t count, uint64_t offset,
+           bool may_trim)
+{
+  int r;
+
+  if (may_trim) {
+    r = try_fallocate (f, &f->can_punch,
+                       FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                       count, offset);
+    if (r <= 0)
+      return r;
+  }
+  r = try_fallocate (f, &f->can_zero_range,
+                     FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE,
+                     count, offset);
+  if (r <= 0)
+    return r;
+  if (!may_trim && !f->is_block) {
+    r = punch_and_allocate (f, count, offset);
+    if (r <= 0)
+      return r;
+  }
+  return try_zeroout (f, count, offset);
+}
+
+static int
+file_zero (struct backend *b, uint64_t count, uint64_t offset, bool may_trim)
+{
+  struct file_backend *f = to_file (b);
+  int r = 1;
+
+  if (!writable (f) || !range_ok (b, count, offset))
+    return -1;
+  if (count == 0)
+    return 0;
+  if (f->direct && (!is_aligned (offset, f->align)
+                    || !is_aligned (count, f->align))) {
+    errno = EINVAL;
+    return -1;
+  }
+
+  r = fast_zero (f, count, offset, may_trim);
+  if (r == 1)
+    r = fd_write_zeroes (f->fd, count, offset, f->align);
+  if (r == -1)
+    log_error ("%s: zero %" PRIu64 " bytes at %" PRIu64 ": %m",
+               f->path, count, offset);
+  return r;
+}
+
+static int
+discard_block (struct file_backend *f, uint64_t count, uint64_t offset)
+{
+  uint64_t start = (offset + f->sector - 1) & ~((uint64_t) f->sector - 1);
+  uint64_t end = (offset + count) & ~((uint64_t) f->sector - 1);
+  uint64_t range[2];
+
+  if (!atomic_load_explicit (&f->can_discard, memory_order_relaxed)
+      || end <= start)
+    return 0;
+  range[0] = start;
+  range[1] = end - start;
+  if (ioctl (f->fd, BLKDISCARD, range) == 0)
+    return 0;
+  if (is_unsupported (errno)) {
+    atomic_store_explicit (&f->can_discard, false, memory_order_relaxed);
+    return 0;
+  }
+  return -1;
+}
+
+static int
+file_trim (struct backend *b, uint64_t count, uint64_t offset)
+{
+  struct file_backend *f = to_file (b);
+  int r;
+
+  if (!writable (f) || !range_ok (b, count, offset))
+    return -1;
+  if (count == 0)
+    return 0;
+
+  if (f->is_block)
+    r = discard_block (f, count, offset);
+  else {
+    r = try_fallocate (f, &f->can_punch,
+                       FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                       count, offset);
+    /* Trim is only advice, but this disk promised that trimmed ranges
+     * read as zeroes, and the queue relies on that.
+     */
+    if (r == 1 && b->trim_reads_zero)
+      return file_zero (b, count, offset, false);
+    if (r == 1)
+      r = 0;
+  }
+  if (r == -1)
+    log_error ("%s: trim %" PRIu64 " bytes at %" PRIu64 ": %m",
+               f->path, count, offset);
+  return r;
+}
+
+static int
+file_flush (struct backend *b)
+{
+  struct file_backend *f = to_file (b);
+
+  if (fdatasync (f->fd) == -1) {
+    log_error ("%s: fdatasync: %m", f->path);
+    return -1;
+  }
+  return 0;
+}
+
+/* The seek descriptor has its own file position, and SEEK_DATA/SEEK_HOLE
+ * take an absolute offset and answer in the return value, so concurrent
+ * callers need no lock.
+ */
+static int
+seek_extents (struct file_backend *f, uint64_t pos, uint64_t end,
+              struct extent_list *list, bool *lseek_failed)
+{
+  size_t first = list->len;
+
+  *lseek_failed = false;
+  while (pos < end && list->len - first < MAX_EXTENTS_PER_CALL) {
+    off_t data, hole;
+
+    data = lseek (f->seek_fd, (off_t) pos, SEEK_DATA);
+    if (data == -1 && errno == ENXIO)
+      data = (off_t) end;
+    else if (data == -1) {
+      *lseek_failed = true;
+      return -1;
+    }
+    if ((uint64_t) data > pos) {
+      uint64_t stop = (uint64_t) data < end ? (uint64_t) data : end;
+
+      if (extent_list_append (list, pos, stop - pos,
+                              EXTENT_HOLE | EXTENT_ZERO) == -1)
+        return -1;
+      pos = stop;
+      continue;
+    }
+
+    hole = lseek (f->seek_fd, (off_t) pos, SEEK_HOLE);
+    if (hole == -1 && errno == ENXIO)
+      hole = (off_t) end;
+    else if (hole == -1) {
+      *lseek_failed = true;
+      return -1;
+    }
+    if ((uint64_t) hole <= pos)
+      hole = (off_t) end;       /* cannot happen; never loop on it */
+    if ((uint64_t) hole > end)
+      hole = (off_t) end;
+    if (extent_list_append (list, pos, (uint64_t) hole - pos, 0) == -1)
+      return -1;
+    pos = (uint64_t) hole;
+  }
+  return 0;
+}
+
+static int
+file_extents (struct backend *b, uint64_t count, uint64_t offset,
+              struct extent_list *list)
+{
+  struct file_backend *f = to_file (b);
+  uint64_t end;
+
+  if (offset >= b->size || count == 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  end = count > b->size - offset ? b->size : offset + count;
+
+  if (atomic_load_explicit (&f->can_seek, memory_order_relaxed)) {
+    bool lseek_failed;
+
+    if (seek_extents (f, offset, end, list, &lseek_failed) == 0)
+      return 0;
+    if (!lseek_failed)
+      return -1;
+    if (!(errno == EINVAL || is_unsupported (errno))) {
+      log_error ("%s: lseek: %m", f->path);
+      return -1;
+    }
+    atomic_store_explicit (&f->can_seek, false, memory_order_relaxed);
+    /* Start again from the caller's list; the first extent may have been
+     * joined onto the caller's last one, so cut rather than reset len.
+     */
+    extent_list_truncate (list, offset);
+  }
+  /* Without SEEK_DATA all we know is that it may hold data. */
+  return extent_list_append (list, offset, end - offset, 0);
+}
+
+static int
+file_cache (struct backend *b, uint64_t count, uint64_t offset)
+{
+  struct file_backend *f = to_file (b);
+  int err;
+
+  /* O_DIRECT reads bypass the page cache, so prefetching would only
+   * spend memory.
+   */
+  if (f->direct)
+    return 0;
+  err = posix_fadvise (f->fd, (off_t) offset, (off_t) count,
+                       POSIX_FADV_WILLNEED);
+  if (err) {
+    errno = err;
+    log_error ("%s: posix_fadvise: %m", f->path);
+    return -1;
+  }
+  return 0;
+}
+
+static void
+file_close (struct backend *b)
+{
+  struct file_backend *f = to_file (b);
+
+  if (f->seek_fd >= 0)
+    close (f->seek_fd);
+  if (f->fd >= 0)
+    close (f->fd);
+  free (f->path);
+  free (b->description);
+  free (f);
+}
+
+static const struct backend_ops file_ops = {
+  .kind = "file",
+  .pread = file_pread,
+  .pwritev = file_pwritev,
+  .zero = file_zero,
+  .trim = file_trim,
+  .flush = file_flush,
+  .extents = file_extents,
+  .cache = file_cache,
+  .close = file_close,
+};
+
+/* O_NONBLOCK keeps open from hanging on a FIFO before the type check
+ * rejects it; it means nothing for files and disks and is cleared after.
+ */
+static int
+open_checked (const char *path, int flags, struct stat *st)
+{
+  int fd = open (path, flags | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  int fl;
+
+  if (fd == -1)
+    return -1;
+  if (fstat (fd, st) == -1)
+    goto fail;
+  if (!S_ISREG (st->st_mode) && !S_ISBLK (st->st_mode)) {
+    errno = EINVAL;
+    goto fail;
+  }
+  fl = fcntl (fd, F_GETFL);
+  if (fl == -1 || fcntl (fd, F_SETFL, fl & ~O_NONBLOCK) == -1)
+    goto fail;
+  return fd;
+
+ fail:
+  {
+    int err = errno;
+
+    close (fd);
+    errno = err;
+  }
+  return -1;
+}
+
+static int
+block_geometry (struct file_backend *f)
+{
+  uint64_t size;
+  int ssz;
+
+  if (ioctl (f->fd, BLKGETSIZE64, &size) == -1) {
+    log_error ("%s: ioctl BLKGETSIZE64: %m", f->path);
+    return -1;
+  }
+  if (ioctl (f->fd, BLKSSZGET, &ssz) == -1) {
+    log_error ("%s: ioctl BLKSSZGET: %m", f->path);
+    return -1;
+  }
+  if (ssz < 512 || ssz > 65536 || (ssz & (ssz - 1)) != 0) {
+    log_error ("%s: unusable logical block size %d", f->path, ssz);
+    errno = EINVAL;
+    return -1;
+  }
+  f->b.size = size;
+  f->sector = (uint32_t) ssz;
+  return 0;
+}
+
+/* Punching a hole past the end of the file changes nothing, so it shows
+ * whether the filesystem can zero without writing.
+ */
+static void
+probe_punch (struct file_backend *f, uint64_t file_size)
+{
+  uint64_t past_end = (file_size + 4095) & ~(uint64_t) 4095;
+
+  if (fallocate (f->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                 (off_t) past_end, 4096) == 0) {
+    f->b.can_fast_zero = true;
+    f->b.trim_reads_zero = true;
+    return;
+  }
+  log_debug ("%s: punch hole probe: %m", f->path);
+  if (is_unsupported (errno))
+    atomic_store (&f->can_punch, false);
+}
+
+/* Notes are short fixed strings; notes has room for all of them. */
+static void
+add_note (char *notes, const char *note)
+{
+  if (*notes)
+    strcat (notes, ", ");
+  strcat (notes, note);
+}
+
+/* "file /srv/db.img (O_DIRECT)": the path, then whatever is unusual. */
+static char *
+describe (const struct file_backend *f)
+{
+  char notes[64] = "";
+  char *s;
+
+  if (f->is_block)
+    add_note (notes, "block device");
+  if (f->direct)
+    add_note (notes, "O_DIRECT");
+  if (f->readonly)
+    add_note (notes, "read-only");
+  if (asprintf (&s, "file %s%s%s%s", f->path, *notes ? " (" : "", notes,
+                *notes ? ")" : "") == -1)
+    return NULL;
+  return s;
+}
+
+static void
+set_limits (struct file_backend *f)
+{
+  if (f->direct) {
+    f->align = f->sector > DIRECT_MIN_ALIGN ? f->sector : DIRECT_MIN_ALIGN;
+    f->b.limits.minimum = f->align;
+    f->b.limits.preferred = f->align;
+  }
+  else {
+    f->align = 1;
+    f->b.limits.minimum = 1;
+    f->b.limits.preferred = 4096;
+  }
+  f->b.limits.maximum = MAX_REQUEST;
+  f->b.max_write = MAX_WRITE;
+  f->b.max_iov = IOV_MAX;
+}
+
+static int
+open_fds (struct file_backend *f, struct stat *st)
+{
+  int flags = (f->readonly ? O_RDONLY : O_RDWR) | (f->direct ? O_DIRECT : 0);
+  struct stat st2;
+
+  f->fd = open_checked (f->path, flags, st);
+  if (f->fd == -1) {
+    if (f->direct && errno == EINVAL)
+      log_error ("%s: open with O_DIRECT: %m "
+                 "(not a regular file or block device, or the filesystem "
+                 "has no O_DIRECT)", f->path);
+    else if (errno == EINVAL)
+      log_error ("%s: not a regular file or block device: %m", f->path);
+    else
+      log_error ("%s: open: %m", f->path);
+    return -1;
+  }
+  /* A second open could reach a different file if the path was replaced
+   * in between; extents of the wrong file would be silent corruption.
+   */
+  f->seek_fd = open_checked (f->path, O_RDONLY, &st2);
+  if (f->seek_fd == -1) {
+    log_error ("%s: open: %m", f->path);
+    return -1;
+  }
+  else if (st2.st_dev != st->st_dev || st2.st_ino != st->st_ino) {
+    log_error ("%s: file was replaced while opening it", f->path);
+    errno = ESTALE;
+    return -1;
+  }
+  return 0;
+}
+
+struct backend *
+backend_file_open (const char *path, bool direct, bool readonly)
+{
+  struct file_backend *f;
+  struct stat st;
+
+  f = calloc (1, sizeof *f);
+  if (f == NULL || (f->path = strdup (path)) == NULL) {
+    log_error ("%s: %m", path);
+    free (f);
+    return NULL;
+  }
+  f->fd = f->seek_fd = -1;
+  f->direct = direct;
+  f->readonly = readonly;
+  f->b.ops = &file_ops;
+  atomic_init (&f->can_punch, true);
+  atomic_init (&f->can_zero_range, true);
+  atomic_init (&f->can_zeroout, true);
+  atomic_init (&f->can_discard, true);
+  atomic_init (&f->can_seek, true);
+
+  if (open_fds (f, &st) == -1)
+    goto fail;
+
+  f->is_block = S_ISBLK (st.st_mode);
+  if (f->is_block) {
+    if (block_geometry (f) == -1)
+      goto fail;
+  }
+  else {
+    f->b.size = (uint64_t) st.st_size;
+    f->sector = 512;
+    if (!readonly)
+      probe_punch (f, f->b.size);
+  }
+  set_limits (f);
+  if (direct && !is_aligned (f->b.size, f->align))
+    log_debug ("%s: size %" PRIu64 " is not a multiple of %" PRIu32
+               ": O_DIRECT cannot reach the last partial block",
+               path, f->b.size, f->align);
+
+  f->b.description = describe (f);
+  if (f->b.description == NULL) {
+    log_error ("%s: %m", path);
+    goto fail;
+  }
+  return &f->b;
+
+ fail:
+  {
+    int err = errno;
+
+    file_close (&f->b);
+    errno = err;
+  }
+  return NULL;
+}

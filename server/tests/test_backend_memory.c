@@ -1,0 +1,536 @@
+/* plugq: unit tests for the sparse memory backend. */
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "extents.h"
+#include "tap.h"
+
+#define KiB ((uint64_t) 1024)
+#define MiB (KiB * 1024)
+#define GiB (MiB * 1024)
+#define TiB (GiB * 1024)
+#define PG (64 * KiB)
+#define HZ (EXTENT_HOLE | EXTENT_ZERO)
+
+static int
+write_buf (struct backend *b, const void *buf, size_t len, uint64_t offset)
+{
+  struct iovec iov = { .iov_base = (void *) buf, .iov_len = len };
+
+  return b->ops->pwritev (b, &iov, 1, offset);
+}
+
+static int
+fill (struct backend *b, int c, size_t len, uint64_t offset)
+{
+  char *buf = malloc (len);
+  int r;
+
+  if (buf == NULL)
+    return -1;
+  memset (buf, c, len);
+  r = write_buf (b, buf, len, offset);
+  free (buf);
+  return r;
+}
+
+/* The bytes at offset read back as c. */
+static bool
+reads_as (struct backend *b, int c, size_t len, uint64_t offset)
+{
+  unsigned char *buf = malloc (len);
+  bool ok = true;
+  size_t i;
+
+  if (buf == NULL || b->ops->pread (b, buf, len, offset) == -1) {
+    free (buf);
+    return CHECK (false);
+  }
+  for (i = 0; i < len; i++)
+    if (buf[i] != (unsigned char) c) {
+      printf ("# byte %" PRIu64 " is %#x, expected %#x\n",
+              offset + i, buf[i], (unsigned char) c);
+      ok = false;
+      break;
+    }
+  free (buf);
+  return ok;
+}
+
+static bool
+extents_are (struct backend *b, uint64_t count, uint64_t offset,
+             const struct extent *want, size_t n)
+{
+  struct extent_list l;
+  bool ok = true;
+  size_t i;
+
+  extent_list_init (&l);
+  if (!CHECK (b->ops->extents (b, count, offset, &l) == 0))
+    ok = false;
+  else if (!CHECK (l.len == n))
+    ok = false;
+  else
+    for (i = 0; i < n; i++)
+      if (l.v[i].offset != want[i].offset || l.v[i].length != want[i].length
+          || l.v[i].type != want[i].type)
+        ok = false;
+  if (!ok)
+    for (i = 0; i < l.len; i++)
+      printf ("#   got %" PRIu64 "+%" PRIu64 " type %" PRIu32 "\n",
+              l.v[i].offset, l.v[i].length, l.v[i].type);
+  extent_list_free (&l);
+  return ok;
+}
+
+static uint64_t
+rss_bytes (void)
+{
+  FILE *fp = fopen ("/proc/self/statm", "r");
+  unsigned long size, resident = 0;
+
+  if (fp == NULL)
+    return 0;
+  if (fscanf (fp, "%lu %lu", &size, &resident) != 2)
+    resident = 0;
+  fclose (fp);
+  return (uint64_t) resident * (uint64_t) sysconf (_SC_PAGESIZE);
+}
+
+static bool
+test_new_rejects (void)
+{
+  struct backend *b;
+  bool ok = true;
+
+  errno = 0;
+  ok &= CHECK (backend_memory_new (0) == NULL && errno == EINVAL);
+  errno = 0;
+  ok &= CHECK (backend_memory_new ((uint64_t) INT64_MAX + 1) == NULL
+               && errno == EINVAL);
+  b = backend_memory_new (INT64_MAX);
+  ok &= CHECK (b != NULL);
+  if (b)
+    ok &= CHECK (strcmp (b->description, "memory 8.0 EiB (sparse)") == 0);
+  backend_close (b);
+  return ok;
+}
+
+static bool
+test_properties (void)
+{
+  struct backend *b = backend_memory_new (GiB);
+  bool ok = true;
+
+  if (!CHECK (b != NULL))
+    return false;
+  ok &= CHECK (strcmp (b->ops->kind, "memory") == 0);
+  ok &= CHECK (strcmp (b->description, "memory 1.0 GiB (sparse)") == 0);
+  ok &= CHECK (b->size == GiB);
+  ok &= CHECK (b->limits.minimum == 1 && b->limits.preferred == 4096);
+  ok &= CHECK (b->limits.maximum == 64 * MiB);
+  ok &= CHECK (b->max_write == 32 * MiB && b->max_iov == IOV_MAX);
+  ok &= CHECK (b->can_fast_zero && b->trim_reads_zero);
+  ok &= CHECK (b->ops->flush (b) == 0);
+  ok &= CHECK (b->ops->cache (b, MiB, 0) == 0);
+  backend_close (b);
+
+  b = backend_memory_new (512);
+  ok &= CHECK (b && strcmp (b->description, "memory 512 B (sparse)") == 0);
+  backend_close (b);
+  return ok;
+}
+
+static bool
+test_fresh (void)
+{
+  struct backend *b = backend_memory_new (GiB);
+  const struct extent want[] = { { 0, GiB, HZ } };
+  bool ok = true;
+
+  if (!CHECK (b != NULL))
+    return false;
+  ok &= reads_as (b, 0, 3 * PG + 17, PG - 9);
+  ok &= reads_as (b, 0, 1, GiB - 1);
+  ok &= extents_are (b, GiB, 0, want, 1);
+  backend_close (b);
+  return ok;
+}
+
+static bool
+test_pwritev (void)
+{
+  struct backend *b = backend_memory_new (16 * MiB);
+  const size_t lens[] = { 1, 4095, 70000, 3, 2 * PG + 7 };
+  struct iovec iov[5];
+  unsigned char *model, *got;
+  uint64_t base = PG - 100, total = 0;
+  size_t i, j;
+  bool ok = true;
+
+  if (!CHECK (b != NULL))
+    return false;
+  model = calloc (1, 4 * MiB);
+  got = malloc (4 * MiB);
+  for (i = 0; i < 5; i++) {
+    unsigned char *p = malloc (lens[i]);
+
+    for (j = 0; j < lens[i]; j++)
+      p[j] = (unsigned char) (i * 37 + j * 11 + 1);
+    memcpy (model + base + total, p, lens[i]);
+    iov[i] = (struct iovec) { .iov_base = p, .iov_len = lens[i] };
+    total += lens[i];
+  }
+  ok &= CHECK (b->ops->pwritev (b, iov, 5, base) == 0);
+  ok &= CHECK (b->ops->pread (b, got, 4 * MiB, 0) == 0);
+  ok &= CHECK (memcmp (got, model, 4 * MiB) == 0);
+  /* A read that starts and ends inside pages. */
+  ok &= CHECK (b->ops->pread (b, got, 77777, base + 3) == 0);
+  ok &= CHECK (memcmp (got, model + base + 3, 77777) == 0);
+  for (i = 0; i < 5; i++)
+    free (iov[i].iov_base);
+  free (model);
+  free (got);
+  backend_close (b);
+  return ok;
+}
+
+static bool
+test_zero_partial (bool may_trim)
+{
+  struct backend *b = backend_memory_new (16 * MiB);
+  const struct extent want[] = {
+    { 0, PG, 0 }, { PG, PG, HZ }, { 2 * PG, PG, 0 }, { 3 * PG, 16 * MiB - 3 * PG, HZ },
+  };
+  const struct extent want2[] = { { 0, 16 * MiB, HZ } };
+  bool ok = true;
+
+  if (!CHECK (b != NULL))
+    return false;
+  ok &= CHECK (fill (b, 0xaa, 3 * PG, 0) == 0);
+  ok &= CHECK (b->ops->zero (b, 2 * PG + 100, 100, may_trim) == 0);
+  ok &= reads_as (b, 0xaa, 100, 0);
+  ok &= reads_as (b, 0, 2 * PG + 100, 100);
+  ok &= reads_as (b, 0xaa, PG - 200, 2 * PG + 200);
+  /* The page wholly inside the range is gone; the cut ones stay. */
+  ok &= extents_are (b, 16 * MiB, 0, want, 4);
+  /* Clearing what is left of the cut pages frees them too. */
+  ok &= CHECK (b->ops->zero (b, 100, 0, may_trim) == 0);
+  ok &= CHECK (b->ops->zero (b, PG - 200, 2 * PG + 200, may_trim) == 0);
+  ok &= extents_are (b, 16 * MiB, 0, want2, 1);
+  ok &= reads_as (b, 0, 3 * PG, 0);
+  backend_close (b);
+  return ok;
+}
+
+static bool
+test_trim (void)
+{
+  struct backend *b = backend_memory_new (16 * MiB);
+  const struct extent want[] = {
+    { 0, MiB, 0 }, { MiB, MiB, HZ }, { 2 * MiB, MiB, 0 },
+  };
+  bool ok = true;
+
+  if (!CHECK (b != NULL))
+    return false;
+  ok &= CHECK (fill (b, 0x55, 3 * MiB, 0) == 0);
+  ok &= CHECK (b->ops->trim (b, MiB, MiB) == 0);
+  ok &= reads_as (b, 0, MiB, MiB);
+  ok &= reads_as (b, 0x55, MiB, 0);
+  ok &= reads_as (b, 0x55, MiB, 2 * MiB);
+  ok &= extents_are (b, 3 * MiB, 0, want, 3);
+  backend_close (b);
+  return ok;
+}
+
+static bool
+test_extents (void)
+{
+  struct backend *b = backend_memory_new (GiB);
+  const uint64_t chunk = 256 * MiB;
+  const struct extent all[] = {
+    { 0, 2 * PG, HZ }, { 2 * PG, PG, 0 }, { 3 * PG, 2 * PG, HZ },
+    { 5 * PG, PG, 0 }, { 6 * PG, chunk - 7 * PG, HZ },
+    { chunk - PG, 2 * PG, 0 }, { chunk + PG, GiB - chunk - PG, HZ },
+  };
+  const struct extent mid_hole[] = {
+    { 100, 2 * PG - 100, HZ }, { 2 * PG, 1, 0 },
+  };
+  const struct extent mid_data[] = { { 2 * PG + 5, 10, 0 } };
+  const struct extent tail[] = { { GiB - 1, 1, HZ } };
+  struct extent_list l;
+  bool ok = true;
+
+  if (!CHECK (b != NULL))
+    return false;
+  ok &= CHECK (fill (b, 1, 1, 2 * PG + 7) == 0);
+  ok &= CHECK (fill (b, 1, PG, 5 * PG) == 0);
+  /* One write across a chunk boundary. */
+  ok &= CHECK (fill (b, 1, 2 * PG, chunk - PG) == 0);
+  ok &= extents_are (b, GiB, 0, all, 7);
+  ok &= extents_are (b, 2 * PG + 1 - 100, 100, mid_hole, 2);
+  ok &= extents_are (b, 10, 2 * PG + 5, mid_data, 1);
+  ok &= extents_are (b, 1000, GiB - 1, tail, 1);
+
+  /* Appends to a list that already ends at the offset asked for. */
+  extent_list_init (&l);
+  ok &= CHECK (b->ops->extents (b, PG, 0, &l) == 0);
+  ok &= CHECK (b->ops->extents (b, 2 * PG, PG, &l) == 0);
+  ok &= CHECK (l.len == 2 && l.v[0].length == 2 * PG && l.v[1].type == 0);
+  extent_list_free (&l);
+
+  errno = 0;
+  extent_list_init (&l);
+  ok &= CHECK (b->ops->extents (b, 1, GiB, &l) == -1 && errno == EINVAL);
+  extent_list_free (&l);
+  backend_close (b);
+  return ok;
+}
+
+static bool
+test_zero_100m (void)
+{
+  struct backend *b = backend_memory_new (GiB);
+  const struct extent want[] = { { 0, 100 * MiB, HZ } };
+  bool ok = true;
+  uint64_t off;
+
+  if (!CHECK (b != NULL))
+    return false;
+  for (off = 0; off < 100 * MiB + MiB && ok; off += MiB)
+    ok &= CHECK (fill (b, 0xff, MiB, off) == 0);
+  ok &= CHECK (b->ops->zero (b, 100 * MiB, 0, false) == 0);
+  ok &= reads_as (b, 0, 1, 70 * MiB);
+  ok &= reads_as (b, 0, 1, 99 * MiB + 4095);
+  ok &= reads_as (b, 0, 1, 100 * MiB - 1);
+  ok &= reads_as (b, 0xff, 1, 100 * MiB);
+  ok &= extents_are (b, 100 * MiB, 0, want, 1);
+  backend_close (b);
+  return ok;
+}
+
+static bool
+test_1tib (void)
+{
+  struct backend *b;
+  const struct extent want[] = {
+    { 0, 1023 * GiB, HZ }, { 1023 * GiB, MiB, 0 },
+    { 1023 * GiB + MiB, GiB - MiB, HZ },
+  };
+  uint64_t before, after;
+  bool ok = true;
+
+  before = rss_bytes ();
+  b = backend_memory_new (TiB);
+  if (!CHECK (b != NULL))
+    return false;
+  ok &= CHECK (fill (b, 0x5a, MiB, 1023 * GiB) == 0);
+  after = rss_bytes ();
+  printf ("# RSS grew by %" PRIu64 " KiB\n", (after - before) / KiB);
+  /* 1 MiB of pages, one chunk, and the test's own 1 MiB buffer. */
+  ok &= CHECK (before > 0 && after < before + 16 * MiB);
+  ok &= reads_as (b, 0x5a, MiB, 1023 * GiB);
+  ok &= reads_as (b, 0, 4096, 1023 * GiB - 4096);
+  ok &= reads_as (b, 0, 4096, TiB - 4096);
+  ok &= extents_are (b, TiB, 0, want, 3);
+  backend_close (b);
+  return ok;
+}
+
+static bool
+test_huge (void)
+{
+  const uint64_t size = INT64_MAX;
+  struct backend *b = backend_memory_new (size);
+  const uint64_t last_page = size & ~(PG - 1);
+  /* Allocation is tracked per page, so the whole last page is data. */
+  const struct extent want[] = {
+    { 0, last_page, HZ }, { last_page, size - last_page, 0 },
+  };
+  bool ok = true;
+
+  if (!CHECK (b != NULL))
+    return false;
+  ok &= CHECK (fill (b, 7, 10, size - 10) == 0);
+  ok &= reads_as (b, 7, 10, size - 10);
+  ok &= extents_are (b, size, 0, want, 2);
+  ok &= CHECK (b->ops->zero (b, size, 0, false) == 0);
+  ok &= reads_as (b, 0, 10, size - 10);
+  backend_close (b);
+  return ok;
+}
+
+static bool
+test_out_of_range (void)
+{
+  struct backend *b = backend_memory_new (MiB);
+  char buf[16];
+  bool ok = true;
+
+  if (!CHECK (b != NULL))
+    return false;
+  errno = 0;
+  ok &= CHECK (b->ops->pread (b, buf, 16, MiB - 8) == -1 && errno == EINVAL);
+  errno = 0;
+  ok &= CHECK (write_buf (b, buf, 16, MiB - 8) == -1 && errno == EINVAL);
+  errno = 0;
+  ok &= CHECK (b->ops->zero (b, 16, UINT64_MAX - 8, false) == -1
+               && errno == EINVAL);
+  errno = 0;
+  ok &= CHECK (b->ops->trim (b, 2 * MiB, 0) == -1 && errno == EINVAL);
+  ok &= CHECK (b->ops->pread (b, buf, 8, MiB - 8) == 0);
+  backend_close (b);
+  return ok;
+}
+
+/* Random writes, zeroes and trims checked against a flat array. */
+static bool
+test_random (void)
+{
+  const size_t size = 4 * MiB;
+  struct backend *b = backend_memory_new (size);
+  unsigned char *model = calloc (1, size), *buf = malloc (size);
+  bool ok = true;
+  int i;
+
+  if (!CHECK (b != NULL && model && buf))
+    return false;
+  srand (4242);
+  for (i = 0; i < 2000 && ok; i++) {
+    uint64_t off = (uint64_t) rand () % size;
+    uint64_t len = (uint64_t) rand () % (3 * PG);
+    int op = rand () % 4;
+
+    if (len > size - off)
+      len = size - off;
+    if (op <= 1) {
+      memset (buf, i & 0xff ? i & 0xff : 1, len);
+      ok &= CHECK (write_buf (b, buf, len, off) == 0);
+      memcpy (model + off, buf, len);
+    }
+    else {
+      if (op == 2)
+        ok &= CHECK (b->ops->zero (b, len, off, i & 1) == 0);
+      else
+        ok &= CHECK (b->ops->trim (b, len, off) == 0);
+      memset (model + off, 0, len);
+    }
+  }
+  ok &= CHECK (b->ops->pread (b, buf, size, 0) == 0);
+  ok &= CHECK (memcmp (buf, model, size) == 0);
+  if (ok) {
+    /* Whatever extents call a hole must read as zeroes. */
+    struct extent_list l;
+    size_t e;
+    uint64_t k;
+
+    extent_list_init (&l);
+    ok &= CHECK (b->ops->extents (b, size, 0, &l) == 0);
+    for (e = 0; e < l.len && ok; e++)
+      if (l.v[e].type & EXTENT_ZERO)
+        for (k = l.v[e].offset; k < l.v[e].offset + l.v[e].length; k++)
+          if (model[k] != 0) {
+            ok = CHECK (model[k] == 0);
+            break;
+          }
+    extent_list_free (&l);
+  }
+  free (model);
+  free (buf);
+  backend_close (b);
+  return ok;
+}
+
+struct race {
+  struct backend *b;
+  atomic_bool stop;
+  atomic_bool torn;
+};
+
+#define RACE_LEN (2 * PG)
+
+static void *
+race_reader (void *arg)
+{
+  struct race *r = arg;
+  unsigned char *buf = malloc (RACE_LEN);
+  size_t i;
+
+  while (!atomic_load (&r->stop) && buf) {
+    if (r->b->ops->pread (r->b, buf, RACE_LEN, PG / 2) == -1) {
+      atomic_store (&r->torn, true);
+      break;
+    }
+    for (i = 1; i < RACE_LEN; i++)
+      if (buf[i] != buf[0]) {
+        atomic_store (&r->torn, true);
+        break;
+      }
+  }
+  free (buf);
+  return NULL;
+}
+
+/* A reader sees all or nothing of one write, never half of it. */
+static bool
+test_concurrent (void)
+{
+  struct race r = { .b = backend_memory_new (MiB) };
+  pthread_t t[3];
+  int i, n;
+  bool ok = true;
+
+  if (!CHECK (r.b != NULL))
+    return false;
+  for (i = 0; i < 3; i++)
+    pthread_create (&t[i], NULL, race_reader, &r);
+  for (n = 0; n < 3000 && ok; n++) {
+    ok &= CHECK (fill (r.b, n % 255 + 1, RACE_LEN, PG / 2) == 0);
+    if (n % 3 == 0)
+      ok &= CHECK (r.b->ops->zero (r.b, RACE_LEN, PG / 2, true) == 0);
+  }
+  atomic_store (&r.stop, true);
+  for (i = 0; i < 3; i++)
+    pthread_join (t[i], NULL);
+  ok &= CHECK (!atomic_load (&r.torn));
+  backend_close (r.b);
+  return ok;
+}
+
+int
+main (void)
+{
+  tap_plan (14);
+  tap_ok (test_new_rejects (), "size 0 and sizes past 2^63-1 are refused");
+  tap_ok (test_properties (), "limits, flags and description");
+  tap_ok (test_fresh (), "a new disk reads as zeroes and is one hole");
+  tap_ok (test_pwritev (), "pwritev of several unaligned iovecs reads back");
+  tap_ok (test_zero_partial (false), "zero without may_trim: partial pages");
+  tap_ok (test_zero_partial (true), "zero with may_trim: partial pages");
+  tap_ok (test_trim (), "trim reads back as zeroes and becomes a hole");
+  tap_ok (test_extents (), "extents: data and hole boundaries");
+  tap_ok (test_zero_100m (), "zero of 100 MiB reaches its far end");
+  tap_ok (test_1tib (), "1 TiB disk: write at 1023 GiB costs little RSS");
+  tap_ok (test_huge (), "2^63-1 byte disk: write, extents, zero all");
+  tap_ok (test_out_of_range (), "requests past the end fail with EINVAL");
+  tap_ok (test_random (), "random writes, zeroes and trims match a model");
+  tap_ok (test_concurrent (), "readers never see a torn write");
+  return tap_done ();
+}
