@@ -1,0 +1,1172 @@
+/* plugq: configuration keys, and the disks and exports built from them.
+ *
+ * Grammar (design.md section 2):
+ *
+ *   [queue keys]...                          the defaults
+ *   disk=NAME (file=PATH [direct=BOOL] | memory=SIZE) [queue keys]...
+ *   linear=NAME:MEMBER[,MEMBER]...           MEMBER = NAME | NAME@OFF+LEN
+ *   default-export=NAME  stats=PATH  stats-interval=DELAY   (anywhere)
+ *
+ * Every configuration error is one nbdkit_error line that names the key
+ * and the problem.  (At get_ready, a backend that cannot open logs its own
+ * reason first.)
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define NBDKIT_API_VERSION 2
+#include <nbdkit-plugin.h>
+
+#include "backend.h"
+#include "setup.h"
+#include "elevator.h"
+#include "linear.h"
+#include "queue.h"
+
+#define NAME_MAX_LEN 255
+#define DEFAULT_DISK_NAME "default"
+#define DEFAULT_DISK_SIZE (UINT64_C (1) << 30)
+#define DEFAULT_STATS_INTERVAL_NS UINT64_C (1000000000)
+
+enum entry_kind { ENTRY_DISK, ENTRY_VOLUME };
+enum backend_kind { BACKEND_NONE, BACKEND_FILE, BACKEND_MEMORY };
+enum visit { UNVISITED, VISITING, VISITED };
+
+/* One volume member as written on the command line. */
+struct member {
+  char *text;                   /* "db@1M+4M", for messages */
+  char *name;
+  bool ranged;
+  uint64_t offset;
+  uint64_t length;
+  struct entry *target;         /* resolved by config_complete */
+};
+
+/* A disk= or a linear=.  Both are exports, so they share one namespace. */
+struct entry {
+  enum entry_kind kind;
+  char *name;
+
+  /* disk= */
+  enum backend_kind backend;
+  char *file;                   /* absolute */
+  bool direct;
+  bool direct_given;
+  uint64_t memory_size;
+  struct queue_config qc;
+  struct queue *queue;          /* owned until added to the setup */
+
+  /* linear= */
+  char *spec;                   /* the value as written */
+  struct member *members;
+  size_t nr_members;
+  enum visit visit;
+
+  struct linear *export;
+  char *description;
+};
+
+/* Where queue and backend keys go: the defaults, the last disk=, or
+ * nowhere (a volume has no queue and no backend).
+ */
+enum scope { SCOPE_DEFAULTS, SCOPE_DISK, SCOPE_VOLUME };
+
+static bool initialised;
+static struct queue_config defaults;
+static enum scope scope = SCOPE_DEFAULTS;
+static struct entry *current;   /* the last disk= or linear= */
+static struct entry **entries;  /* in command-line order */
+static size_t nr_entries;
+static char *default_export_name;
+static char *stats_path;
+static uint64_t stats_interval_ns = DEFAULT_STATS_INTERVAL_NS;
+
+static void
+ensure_initialised (void)
+{
+  if (!initialised) {
+    queue_config_defaults (&defaults);
+    initialised = true;
+  }
+}
+
+/* ---------------------------------------------------------------- values */
+
+static bool
+valid_name (const char *s)
+{
+  size_t len = strlen (s);
+
+  if (len == 0 || len > NAME_MAX_LEN)
+    return false;
+  return strspn (s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                 "0123456789._-") == len;
+}
+
+/* The multiplier of nbdkit_parse_size's suffix c, 0 if it has none. */
+static uint64_t
+size_suffix_scale (char c)
+{
+  switch (c) {
+  case '\0': case 'b': case 'B': return 1;
+  case 's': case 'S': return 512;
+  case 'k': case 'K': return UINT64_C (1) << 10;
+  case 'm': case 'M': return UINT64_C (1) << 20;
+  case 'g': case 'G': return UINT64_C (1) << 30;
+  case 't': case 'T': return UINT64_C (1) << 40;
+  case 'p': case 'P': return UINT64_C (1) << 50;
+  case 'e': case 'E': return UINT64_C (1) << 60;
+  default: return 0;
+  }
+}
+
+/* A size in str; what ("memory=1Q", "linear=v:...: offset of member
+ * 'a@1Q+1M'") starts the message.  nbdkit_parse_size prints messages
+ * that do not name the key, so the syntax it accepts (digits and one
+ * optional suffix) and its int64 range are checked here first and it
+ * only ever succeeds.
+ */
+static int
+parse_size (const char *what, const char *str, uint64_t *r)
+{
+  size_t digits = strspn (str, "0123456789");
+  uint64_t scale = digits ? size_suffix_scale (str[digits]) : 0;
+  unsigned long long n;
+  int64_t v;
+
+  if (*str == '\0') {
+    nbdkit_error ("%s: no size given", what);
+    return -1;
+  }
+  if (scale == 0 || (str[digits] && str[digits + 1])) {
+    nbdkit_error ("%s: '%s' is not a size (digits with an optional suffix "
+                  "b, k, M, G, T, P, E or s, e.g. 512M)", what, str);
+    return -1;
+  }
+  errno = 0;
+  n = strtoull (str, NULL, 10);
+  if (errno == ERANGE || n > INT64_MAX / scale) {
+    nbdkit_error ("%s: size '%s' is too large", what, str);
+    return -1;
+  }
+  v = nbdkit_parse_size (str);
+  if (v == -1)
+    return -1;
+  *r = v;
+  return 0;
+}
+
+static int
+parse_size_key (const char *key, const char *value, bool allow_zero,
+                uint64_t *r)
+{
+  char what[256];
+
+  snprintf (what, sizeof what, "%s=%s", key, value);
+  if (parse_size (what, value, r) == -1)
+    return -1;
+  if (!allow_zero && *r == 0) {
+    nbdkit_error ("%s=%s: size must be greater than 0", key, value);
+    return -1;
+  }
+  return 0;
+}
+
+/* DELAY: an integer with a unit ns, us, ms or s; a bare integer means
+ * seconds, as nbdkit's delay filter reads its delays.  (nbdkit 1.32 has
+ * no nbdkit_parse_delay.)
+ */
+static int
+parse_delay (const char *key, const char *value, bool allow_zero,
+             uint64_t *ns)
+{
+  static const struct { const char *unit; uint64_t scale; } units[] = {
+    { "", UINT64_C (1000000000) },
+    { "s", UINT64_C (1000000000) },
+    { "ms", UINT64_C (1000000) },
+    { "us", UINT64_C (1000) },
+    { "ns", 1 },
+  };
+  size_t digits = strspn (value, "0123456789");
+  unsigned long long n;
+  size_t i;
+
+  if (digits == 0)
+    goto bad;
+  errno = 0;
+  n = strtoull (value, NULL, 10);
+  if (errno == ERANGE)
+    goto too_large;
+  for (i = 0; i < sizeof units / sizeof units[0]; i++) {
+    if (strcmp (value + digits, units[i].unit) == 0) {
+      if (n > UINT64_MAX / units[i].scale)
+        goto too_large;
+      *ns = n * units[i].scale;
+      if (!allow_zero && *ns == 0) {
+        nbdkit_error ("%s=%s: delay must be greater than 0", key, value);
+        return -1;
+      }
+      return 0;
+    }
+  }
+ bad:
+  nbdkit_error ("%s=%s: expected a delay: an integer with a unit ns, us, "
+                "ms or s (a bare integer means seconds)", key, value);
+  return -1;
+ too_large:
+  nbdkit_error ("%s=%s: delay is too large", key, value);
+  return -1;
+}
+
+/* The words nbdkit_parse_bool accepts; ours so that a bad value gives one
+ * message naming the key.
+ */
+static int
+parse_bool (const char *key, const char *value, bool *r)
+{
+  static const char *const yes[] = { "1", "true", "t", "yes", "y", "on" };
+  static const char *const no[] = { "0", "false", "f", "no", "n", "off" };
+  size_t i;
+
+  for (i = 0; i < sizeof yes / sizeof yes[0]; i++) {
+    if (strcasecmp (value, yes[i]) == 0) {
+      *r = true;
+      return 0;
+    }
+    if (strcasecmp (value, no[i]) == 0) {
+      *r = false;
+      return 0;
+    }
+  }
+  nbdkit_error ("%s=%s: expected a boolean (true/false, yes/no, on/off, "
+                "1/0)", key, value);
+  return -1;
+}
+
+/* Sizes for humans in descriptions: "1.0 GiB", "512 B". */
+static void
+human_size (uint64_t bytes, char *buf, size_t len)
+{
+  static const char *const units[] = {
+    "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"
+  };
+  double v = bytes;
+  size_t i = 0;
+
+  if (bytes < 1024) {
+    snprintf (buf, len, "%" PRIu64 " B", bytes);
+    return;
+  }
+  v /= 1024;
+  while (v >= 1024 && i + 1 < sizeof units / sizeof units[0]) {
+    v /= 1024;
+    i++;
+  }
+  snprintf (buf, len, "%.1f %s", v, units[i]);
+}
+
+/* ---------------------------------------------------------------- entries */
+
+static struct entry *
+find_entry (const char *name)
+{
+  size_t i;
+
+  for (i = 0; i < nr_entries; i++)
+    if (strcmp (entries[i]->name, name) == 0)
+      return entries[i];
+  return NULL;
+}
+
+static const char *
+kind_key (enum entry_kind kind)
+{
+  return kind == ENTRY_DISK ? "disk" : "linear";
+}
+
+/* Checks the name and adds a new entry; the entry is current. */
+static struct entry *
+new_entry (const char *key, const char *value, enum entry_kind kind,
+           const char *name, size_t name_len)
+{
+  struct entry *e, *old, **p;
+  char *copy;
+
+  copy = strndup (name, name_len);
+  if (copy == NULL) {
+    nbdkit_error ("strndup: %m");
+    return NULL;
+  }
+  if (!valid_name (copy)) {
+    nbdkit_error ("%s=%s: invalid name '%s': use 1 to %d characters of "
+                  "A-Z a-z 0-9 . _ -", key, value, copy, NAME_MAX_LEN);
+    free (copy);
+    return NULL;
+  }
+  old = find_entry (copy);
+  if (old) {
+    nbdkit_error ("%s=%s: the name '%s' is already used by %s=%s "
+                  "(disks and volumes share one namespace)",
+                  key, value, copy, kind_key (old->kind), old->name);
+    free (copy);
+    return NULL;
+  }
+
+  e = calloc (1, sizeof *e);
+  p = realloc (entries, (nr_entries + 1) * sizeof *entries);
+  if (e == NULL || p == NULL) {
+    nbdkit_error ("malloc: %m");
+    free (e);
+    free (copy);
+    if (p)
+      entries = p;
+    return NULL;
+  }
+  entries = p;
+  e->kind = kind;
+  e->name = copy;
+  e->qc = defaults;
+  entries[nr_entries++] = e;
+  current = e;
+  return e;
+}
+
+static void
+free_entry (struct entry *e)
+{
+  size_t i;
+
+  if (e == NULL)
+    return;
+  for (i = 0; i < e->nr_members; i++) {
+    free (e->members[i].text);
+    free (e->members[i].name);
+  }
+  free (e->members);
+  free (e->spec);
+  free (e->file);
+  free (e->name);
+  free (e->description);
+  /* export and queue belong to the setup once built. */
+  free (e);
+}
+
+/* ---------------------------------------------------------------- keys */
+
+static int
+config_disk (const char *key, const char *value)
+{
+  if (new_entry (key, value, ENTRY_DISK, value, strlen (value)) == NULL)
+    return -1;
+  scope = SCOPE_DISK;
+  return 0;
+}
+
+/* Backend keys belong to the last disk=. */
+static struct entry *
+backend_target (const char *key, const char *value)
+{
+  if (scope == SCOPE_DEFAULTS) {
+    nbdkit_error ("%s=%s: no disk= before it: a backend key belongs to "
+                  "the disk= it follows", key, value);
+    return NULL;
+  }
+  if (scope == SCOPE_VOLUME) {
+    nbdkit_error ("%s=%s follows linear=%s, not a disk=: a backend key "
+                  "belongs to the disk= it follows", key, value,
+                  current->name);
+    return NULL;
+  }
+  return current;
+}
+
+static const char *
+backend_key (enum backend_kind b)
+{
+  return b == BACKEND_FILE ? "file" : "memory";
+}
+
+static int
+check_one_backend (struct entry *d, const char *key, const char *value)
+{
+  if (d->backend != BACKEND_NONE) {
+    nbdkit_error ("%s=%s: disk=%s already has a backend (%s=): "
+                  "a disk has exactly one", key, value, d->name,
+                  backend_key (d->backend));
+    return -1;
+  }
+  return 0;
+}
+
+static int
+config_file (const char *key, const char *value)
+{
+  struct entry *d = backend_target (key, value);
+  struct stat st;
+
+  if (d == NULL || check_one_backend (d, key, value) == -1)
+    return -1;
+  if (*value == '\0') {
+    nbdkit_error ("%s=: empty path (disk=%s)", key, d->name);
+    return -1;
+  }
+  /* stat first so that a missing file gives one line naming the key. */
+  if (stat (value, &st) == -1) {
+    nbdkit_error ("%s=%s: %m (disk=%s)", key, value, d->name);
+    return -1;
+  }
+  if (!S_ISREG (st.st_mode) && !S_ISBLK (st.st_mode)) {
+    nbdkit_error ("%s=%s: not a regular file or block device (disk=%s)",
+                  key, value, d->name);
+    return -1;
+  }
+  /* Absolute now: nbdkit chdirs to / when it daemonizes. */
+  d->file = nbdkit_realpath (value);
+  if (d->file == NULL)
+    return -1;
+  d->backend = BACKEND_FILE;
+  return 0;
+}
+
+static int
+config_direct (const char *key, const char *value)
+{
+  struct entry *d = backend_target (key, value);
+
+  if (d == NULL || parse_bool (key, value, &d->direct) == -1)
+    return -1;
+  d->direct_given = true;
+  return 0;
+}
+
+static int
+config_memory (const char *key, const char *value)
+{
+  struct entry *d = backend_target (key, value);
+
+  if (d == NULL || check_one_backend (d, key, value) == -1)
+    return -1;
+  if (parse_size_key (key, value, false, &d->memory_size) == -1)
+    return -1;
+  d->backend = BACKEND_MEMORY;
+  return 0;
+}
+
+/* One MEMBER of linear=: NAME or NAME@OFFSET+LENGTH.  Names cannot hold
+ * '@', '+' or ',', so the split is unambiguous.
+ */
+static int
+parse_member (const char *key, const char *value, const char *text,
+              struct member *m)
+{
+  const char *at = strchr (text, '@');
+  const char *plus;
+  char what[512];
+  char *num;
+  int r;
+
+  m->text = strdup (text);
+  m->name = strndup (text, at ? (size_t) (at - text) : strlen (text));
+  if (m->text == NULL || m->name == NULL) {
+    nbdkit_error ("strdup: %m");
+    return -1;
+  }
+  if (!valid_name (m->name)) {
+    nbdkit_error ("%s=%s: bad member '%s': expected NAME or "
+                  "NAME@OFFSET+LENGTH", key, value, text);
+    return -1;
+  }
+  if (at == NULL)
+    return 0;
+
+  plus = strchr (at + 1, '+');
+  if (plus == NULL) {
+    nbdkit_error ("%s=%s: bad member '%s': a range is @OFFSET+LENGTH",
+                  key, value, text);
+    return -1;
+  }
+  m->ranged = true;
+  snprintf (what, sizeof what, "%s=%s: member '%s': offset",
+            key, value, text);
+  num = strndup (at + 1, plus - (at + 1));
+  if (num == NULL) {
+    nbdkit_error ("strndup: %m");
+    return -1;
+  }
+  r = parse_size (what, num, &m->offset);
+  free (num);
+  if (r == -1)
+    return -1;
+  snprintf (what, sizeof what, "%s=%s: member '%s': length",
+            key, value, text);
+  if (parse_size (what, plus + 1, &m->length) == -1)
+    return -1;
+  if (m->length == 0) {
+    nbdkit_error ("%s=%s: member '%s' has length 0", key, value, text);
+    return -1;
+  }
+  if (m->offset + m->length < m->offset) {
+    nbdkit_error ("%s=%s: member '%s': range overflows", key, value, text);
+    return -1;
+  }
+  return 0;
+}
+
+static int
+config_linear (const char *key, const char *value)
+{
+  const char *colon = strchr (value, ':');
+  struct entry *v;
+  char *list, *item, *save = NULL;
+  size_t n, i;
+
+  if (colon == NULL) {
+    nbdkit_error ("%s=%s: expected NAME:MEMBER[,MEMBER]...", key, value);
+    return -1;
+  }
+  v = new_entry (key, value, ENTRY_VOLUME, value, colon - value);
+  if (v == NULL)
+    return -1;
+  scope = SCOPE_VOLUME;
+  v->spec = strdup (value);
+  if (v->spec == NULL) {
+    nbdkit_error ("strdup: %m");
+    return -1;
+  }
+
+  list = v->spec + (colon - value) + 1;
+  if (*list == '\0') {
+    nbdkit_error ("%s=%s: volume '%s' has no members", key, value, v->name);
+    return -1;
+  }
+  /* strtok would silently skip empty members ("a,,b"): count first. */
+  for (n = 1, i = 0; list[i]; i++)
+    if (list[i] == ',')
+      n++;
+  v->members = calloc (n, sizeof *v->members);
+  if (v->members == NULL) {
+    nbdkit_error ("calloc: %m");
+    return -1;
+  }
+  list = strdup (list);
+  if (list == NULL) {
+    nbdkit_error ("strdup: %m");
+    return -1;
+  }
+  for (item = list; item; item = save) {
+    save = strchr (item, ',');
+    if (save)
+      *save++ = '\0';
+    if (*item == '\0') {
+      nbdkit_error ("%s=%s: empty member in the list", key, value);
+      free (list);
+      return -1;
+    }
+    if (parse_member (key, value, item,
+                      &v->members[v->nr_members++]) == -1) {
+      free (list);
+      return -1;
+    }
+  }
+  free (list);
+  return 0;
+}
+
+/* Queue keys set the defaults before any disk=, then the last disk=. */
+static struct queue_config *
+queue_target (const char *key, const char *value)
+{
+  switch (scope) {
+  case SCOPE_DEFAULTS:
+    return &defaults;
+  case SCOPE_DISK:
+    return &current->qc;
+  case SCOPE_VOLUME:
+    break;
+  }
+  nbdkit_error ("%s=%s follows linear=%s: a volume has no queue; give "
+                "queue keys before any disk= (defaults) or after a disk=",
+                key, value, current->name);
+  return NULL;
+}
+
+static int
+config_queue_key (const char *key, const char *value)
+{
+  struct queue_config *qc = queue_target (key, value);
+  uint64_t u;
+
+  if (qc == NULL)
+    return -1;
+
+  if (strcmp (key, "ack") == 0) {
+    if (strcmp (value, "queued") == 0)
+      qc->ack = ACK_QUEUED;
+    else if (strcmp (value, "dispatched") == 0)
+      qc->ack = ACK_DISPATCHED;
+    else {
+      nbdkit_error ("%s=%s: expected queued or dispatched", key, value);
+      return -1;
+    }
+  }
+  else if (strcmp (key, "elevator") == 0) {
+    const struct elevator_ops *e = elevator_lookup (value);
+
+    if (e == NULL) {
+      nbdkit_error ("%s=%s: unknown elevator (known: deadline, noop)",
+                    key, value);
+      return -1;
+    }
+    qc->elevator = e;
+  }
+  else if (strcmp (key, "unplug-delay") == 0) {
+    if (parse_delay (key, value, true, &qc->unplug_delay_ns) == -1)
+      return -1;
+  }
+  else if (strcmp (key, "write-expire") == 0) {
+    if (parse_delay (key, value, false, &qc->write_expire_ns) == -1)
+      return -1;
+  }
+  else if (strcmp (key, "unplug-thresh") == 0) {
+    unsigned long n;
+
+    /* Not nbdkit_parse_uint32_t: its message does not show the value. */
+    errno = 0;
+    n = strtoul (value, NULL, 10);
+    if (value[0] == '\0' || value[strspn (value, "0123456789")] != '\0'
+        || errno == ERANGE || n > UINT32_MAX || n < 1) {
+      nbdkit_error ("%s=%s: expected an integer from 1 to %" PRIu32,
+                    key, value, UINT32_MAX);
+      return -1;
+    }
+    qc->unplug_thresh = n;
+  }
+  else if (strcmp (key, "max-merge") == 0) {
+    if (parse_size_key (key, value, false, &u) == -1)
+      return -1;
+    qc->max_merge = u;
+  }
+  else if (strcmp (key, "queue-bytes") == 0) {
+    if (parse_size_key (key, value, false, &u) == -1)
+      return -1;
+    qc->queue_bytes = u;
+  }
+  else
+    abort ();                   /* not reached: see is_queue_key */
+  return 0;
+}
+
+static bool
+is_queue_key (const char *key)
+{
+  static const char *const keys[] = {
+    "ack", "elevator", "unplug-delay", "unplug-thresh", "max-merge",
+    "queue-bytes", "write-expire",
+  };
+  size_t i;
+
+  for (i = 0; i < sizeof keys / sizeof keys[0]; i++)
+    if (strcmp (key, keys[i]) == 0)
+      return true;
+  return false;
+}
+
+static int
+replace_string (char **dst, const char *src)
+{
+  char *copy = strdup (src);
+
+  if (copy == NULL) {
+    nbdkit_error ("strdup: %m");
+    return -1;
+  }
+  free (*dst);
+  *dst = copy;
+  return 0;
+}
+
+int
+plugq_config_key (const char *key, const char *value)
+{
+  ensure_initialised ();
+
+  if (strcmp (key, "disk") == 0)
+    return config_disk (key, value);
+  if (strcmp (key, "file") == 0)
+    return config_file (key, value);
+  if (strcmp (key, "direct") == 0)
+    return config_direct (key, value);
+  if (strcmp (key, "memory") == 0)
+    return config_memory (key, value);
+  if (strcmp (key, "linear") == 0)
+    return config_linear (key, value);
+  if (is_queue_key (key))
+    return config_queue_key (key, value);
+
+  if (strcmp (key, "default-export") == 0) {
+    if (*value == '\0') {
+      nbdkit_error ("%s=: empty name", key);
+      return -1;
+    }
+    return replace_string (&default_export_name, value);
+  }
+  if (strcmp (key, "stats") == 0) {
+    char *path;
+
+    if (*value == '\0') {
+      nbdkit_error ("%s=: empty path", key);
+      return -1;
+    }
+    /* The file need not exist yet, so not nbdkit_realpath. */
+    path = nbdkit_absolute_path (value);
+    if (path == NULL)
+      return -1;
+    free (stats_path);
+    stats_path = path;
+    return 0;
+  }
+  if (strcmp (key, "stats-interval") == 0)
+    return parse_delay (key, value, false, &stats_interval_ns);
+
+  nbdkit_error ("unknown parameter '%s' (see nbdkit plugq --help)", key);
+  return -1;
+}
+
+/* ---------------------------------------------------------------- complete */
+
+static int
+check_disk (const struct entry *d)
+{
+  if (d->backend == BACKEND_NONE) {
+    nbdkit_error ("disk=%s: no backend: give file=PATH or memory=SIZE "
+                  "after it", d->name);
+    return -1;
+  }
+  if (d->direct_given && d->backend != BACKEND_FILE) {
+    nbdkit_error ("disk=%s: direct= is only for a file= backend",
+                  d->name);
+    return -1;
+  }
+  return 0;
+}
+
+static int
+resolve_members (struct entry *v)
+{
+  size_t i;
+
+  for (i = 0; i < v->nr_members; i++) {
+    struct member *m = &v->members[i];
+
+    m->target = find_entry (m->name);
+    if (m->target == NULL) {
+      nbdkit_error ("linear=%s: unknown member '%s' (no disk= or linear= "
+                    "of that name)", v->spec, m->name);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* Depth-first over volume members; a member met while it is still being
+ * visited closes a cycle, and the stack gives its path for the message.
+ */
+static int
+find_cycles (struct entry *v, struct entry **stack, size_t depth)
+{
+  size_t i;
+
+  if (v->visit == VISITED)
+    return 0;
+  if (v->visit == VISITING) {
+    char path[1024] = "";
+    size_t j = 0;
+
+    while (j < depth && stack[j] != v)
+      j++;
+    for (; j < depth; j++) {
+      strncat (path, stack[j]->name, sizeof path - strlen (path) - 1);
+      strncat (path, " -> ", sizeof path - strlen (path) - 1);
+    }
+    strncat (path, v->name, sizeof path - strlen (path) - 1);
+    nbdkit_error ("linear=%s: cycle in volume members: %s", v->spec, path);
+    return -1;
+  }
+
+  v->visit = VISITING;
+  stack[depth] = v;
+  for (i = 0; i < v->nr_members; i++) {
+    struct entry *t = v->members[i].target;
+
+    if (t->kind == ENTRY_VOLUME && find_cycles (t, stack, depth + 1) == -1)
+      return -1;
+  }
+  v->visit = VISITED;
+  return 0;
+}
+
+/* The stats writer starts after the fork, where a failure only reaches
+ * the log: check now that its directory takes the file.
+ */
+static int
+check_stats_dir (void)
+{
+  char *dir = strdup (stats_path);
+  char *slash;
+  int r = 0;
+
+  if (dir == NULL) {
+    nbdkit_error ("strdup: %m");
+    return -1;
+  }
+  slash = strrchr (dir, '/');   /* absolute, so there is one */
+  if (slash == dir)
+    slash[1] = '\0';
+  else if (slash)
+    *slash = '\0';
+  if (access (dir, W_OK | X_OK) == -1) {
+    nbdkit_error ("stats=%s: directory %s: %m", stats_path, dir);
+    r = -1;
+  }
+  free (dir);
+  return r;
+}
+
+/* The embedded default: with no disk and no volume at all, one 1 GiB
+ * memory disk, so that a bare "nbdkit plugq" serves something.
+ */
+static int
+add_default_disk (void)
+{
+  struct entry *d;
+
+  d = new_entry ("disk", DEFAULT_DISK_NAME, ENTRY_DISK, DEFAULT_DISK_NAME,
+                 strlen (DEFAULT_DISK_NAME));
+  if (d == NULL)
+    return -1;
+  d->backend = BACKEND_MEMORY;
+  d->memory_size = DEFAULT_DISK_SIZE;
+  return 0;
+}
+
+int
+plugq_config_complete (void)
+{
+  struct entry **stack;
+  size_t i;
+  int r = 0;
+
+  ensure_initialised ();
+  if (nr_entries == 0 && add_default_disk () == -1)
+    return -1;
+
+  for (i = 0; i < nr_entries; i++) {
+    if (entries[i]->kind == ENTRY_DISK && check_disk (entries[i]) == -1)
+      return -1;
+    if (entries[i]->kind == ENTRY_VOLUME
+        && resolve_members (entries[i]) == -1)
+      return -1;
+  }
+
+  stack = calloc (nr_entries, sizeof *stack);
+  if (stack == NULL) {
+    nbdkit_error ("calloc: %m");
+    return -1;
+  }
+  for (i = 0; i < nr_entries && r == 0; i++)
+    if (entries[i]->kind == ENTRY_VOLUME)
+      r = find_cycles (entries[i], stack, 0);
+  free (stack);
+  if (r == -1)
+    return -1;
+
+  if (stats_path && check_stats_dir () == -1)
+    return -1;
+  if (default_export_name && find_entry (default_export_name) == NULL) {
+    nbdkit_error ("default-export=%s: no disk or volume of that name",
+                  default_export_name);
+    return -1;
+  }
+  return 0;
+}
+
+/* ---------------------------------------------------------------- build */
+
+/* The backend's own description, with the size when it does not say it:
+ * "memory 1.0 GiB (sparse)", "file /srv/db.img (O_DIRECT), 10.0 GiB".
+ */
+static char *
+describe_disk (const struct backend *b)
+{
+  const char *desc = b->description ? b->description : b->ops->kind;
+  char size[32], *s;
+
+  human_size (b->size, size, sizeof size);
+  if (strstr (desc, size))
+    return strdup (desc);
+  s = malloc (strlen (desc) + strlen (size) + 3);
+  if (s)
+    sprintf (s, "%s, %s", desc, size);
+  return s;
+}
+
+static int
+build_disk (struct entry *d)
+{
+  struct backend *b;
+
+  if (d->backend == BACKEND_FILE)
+    b = backend_file_open (d->file, d->direct, false);
+  else
+    b = backend_memory_new (d->memory_size);
+  if (b == NULL) {
+    /* The backend has logged why. */
+    nbdkit_error ("disk=%s: cannot open its backend", d->name);
+    return -1;
+  }
+
+  d->queue = queue_new (d->name, b, &d->qc);
+  if (d->queue == NULL) {
+    /* queue_new owns b only once it returns a queue. */
+    backend_close (b);
+    nbdkit_error ("disk=%s: cannot create its queue: %m", d->name);
+    return -1;
+  }
+  d->export = linear_new_disk (d->queue);
+  if (d->export == NULL) {
+    nbdkit_error ("disk=%s: cannot create its export", d->name);
+    return -1;
+  }
+  d->description = describe_disk (queue_backend (d->queue));
+  if (d->description == NULL) {
+    nbdkit_error ("malloc: %m");
+    return -1;
+  }
+  return 0;
+}
+
+static uint64_t
+entry_size (const struct entry *e)
+{
+  return e->kind == ENTRY_DISK ? queue_backend (e->queue)->size
+    : e->export->size;
+}
+
+static int build_volume (struct entry *v);
+
+static int
+append_member (struct entry *v, const struct member *m)
+{
+  struct entry *t = m->target;
+  uint64_t size, offset = 0, length;
+
+  if (t->kind == ENTRY_VOLUME && build_volume (t) == -1)
+    return -1;
+  size = entry_size (t);
+  length = size;
+  if (m->ranged) {
+    offset = m->offset;
+    length = m->length;
+    if (offset + length > size) {
+      nbdkit_error ("linear=%s: member '%s' ends at %" PRIu64 ", past the "
+                    "end of '%s' (%" PRIu64 " bytes)",
+                    v->spec, m->text, offset + length, t->name, size);
+      return -1;
+    }
+  }
+  else if (size == 0) {
+    nbdkit_error ("linear=%s: member '%s' is empty (size 0)",
+                  v->spec, m->text);
+    return -1;
+  }
+
+  if ((t->kind == ENTRY_DISK
+       ? linear_append_disk (v->export, t->queue, offset, length)
+       : linear_append_linear (v->export, t->export, offset, length)) == -1) {
+    nbdkit_error ("linear=%s: cannot add member '%s': %m",
+                  v->spec, m->text);
+    return -1;
+  }
+  return 0;
+}
+
+/* Members first (dependency order); config_complete ruled out cycles,
+ * the visit flag only stops a volume being built twice.
+ */
+static int
+build_volume (struct entry *v)
+{
+  size_t i;
+
+  if (v->visit == VISITED)
+    return 0;
+  v->visit = VISITED;
+
+  v->export = linear_new_volume (v->name);
+  if (v->export == NULL) {
+    nbdkit_error ("linear=%s: cannot create the volume: %m", v->spec);
+    return -1;
+  }
+  for (i = 0; i < v->nr_members; i++)
+    if (append_member (v, &v->members[i]) == -1)
+      return -1;
+  if (linear_finish (v->export) == -1) {
+    nbdkit_error ("linear=%s: the volume is empty", v->spec);
+    return -1;
+  }
+
+  /* The engine's "linear volume 3.0 GiB: db, logs" (distinct disks). */
+  v->description = strdup (v->export->description
+                           ? v->export->description : "linear volume");
+  if (v->description == NULL) {
+    nbdkit_error ("strdup: %m");
+    return -1;
+  }
+  return 0;
+}
+
+static void
+free_built (void)
+{
+  size_t i;
+
+  /* Volumes reference disks' queues: exports go before queues. */
+  for (i = 0; i < nr_entries; i++) {
+    linear_free (entries[i]->export);
+    entries[i]->export = NULL;
+  }
+  for (i = 0; i < nr_entries; i++) {
+    if (entries[i]->queue)
+      queue_free (entries[i]->queue);
+    entries[i]->queue = NULL;
+  }
+}
+
+static void
+free_config (void)
+{
+  size_t i;
+
+  for (i = 0; i < nr_entries; i++)
+    free_entry (entries[i]);
+  free (entries);
+  entries = NULL;
+  nr_entries = 0;
+  current = NULL;
+  free (default_export_name);
+  default_export_name = NULL;
+  free (stats_path);
+  stats_path = NULL;
+}
+
+static int
+fill_setup (struct plugq_setup *s)
+{
+  size_t i;
+
+  memset (s, 0, sizeof *s);
+  s->disks = calloc (nr_entries, sizeof *s->disks);
+  s->exports = calloc (nr_entries, sizeof *s->exports);
+  s->names = calloc (nr_entries, sizeof *s->names);
+  s->descriptions = calloc (nr_entries, sizeof *s->descriptions);
+  if (s->disks == NULL || s->exports == NULL || s->names == NULL
+      || s->descriptions == NULL) {
+    nbdkit_error ("calloc: %m");
+    return -1;
+  }
+  for (i = 0; i < nr_entries; i++) {
+    struct entry *e = entries[i];
+
+    if (e->kind == ENTRY_DISK)
+      s->disks[s->nr_disks++] = e->queue;
+    s->exports[s->nr_exports] = e->export;
+    s->names[s->nr_exports] = e->name;
+    s->descriptions[s->nr_exports++] = e->description;
+    if (default_export_name ? strcmp (e->name, default_export_name) == 0
+        : s->default_export == NULL) {
+      s->default_export = e->export;
+      s->default_name = e->name;
+    }
+  }
+  s->stats_path = stats_path;
+  s->stats_interval_ns = stats_interval_ns;
+  return 0;
+}
+
+static void
+free_setup_arrays (struct plugq_setup *s)
+{
+  free (s->disks);
+  free (s->exports);
+  free (s->names);
+  free (s->descriptions);
+  memset (s, 0, sizeof *s);
+}
+
+int
+plugq_config_build (struct plugq_setup *s)
+{
+  size_t i;
+
+  memset (s, 0, sizeof *s);
+  for (i = 0; i < nr_entries; i++) {
+    entries[i]->visit = UNVISITED;
+    if (entries[i]->kind == ENTRY_DISK && build_disk (entries[i]) == -1)
+      goto fail;
+  }
+  for (i = 0; i < nr_entries; i++)
+    if (entries[i]->kind == ENTRY_VOLUME && build_volume (entries[i]) == -1)
+      goto fail;
+  if (fill_setup (s) == -1)
+    goto fail;
+  return 0;
+
+ fail:
+  free_setup_arrays (s);
+  free_built ();
+  free_config ();
+  return -1;
+}
+
+void
+plugq_config_free (struct plugq_setup *s)
+{
+  free_setup_arrays (s);
+  free_built ();
+  free_config ();
+}
+
+struct linear *
+plugq_setup_lookup (const struct plugq_setup *s, const char *name)
+{
+  size_t i;
+
+  if (name == NULL || *name == '\0')
+    return s->default_export;
+  for (i = 0; i < s->nr_exports; i++)
+    if (strcmp (s->names[i], name) == 0)
+      return s->exports[i];
+  return NULL;
+}
+
+const char *
+plugq_setup_description (const struct plugq_setup *s,
+                         const struct linear *export)
+{
+  size_t i;
+
+  for (i = 0; i < s->nr_exports; i++)
+    if (s->exports[i] == export)
+      return s->descriptions[i];
+  return NULL;
+}

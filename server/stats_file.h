@@ -1,0 +1,45 @@
+/* plugq: the stats= file, a JSON snapshot of every disk's counters.
+ *
+ * A thread of its own rewrites PATH every interval: the document goes to
+ * PATH.tmp, then rename() replaces PATH, so a reader always sees one whole
+ * snapshot.  docs/stats-format.md describes the format.  Start it after
+ * fork and stop it at cleanup; stopping writes once more, so the last
+ * snapshot holds the final counters.
+ */
+#ifndef PLUGQ_STATS_FILE_H
+#define PLUGQ_STATS_FILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct linear;
+struct queue;
+
+#define STATS_FILE_VERSION 1
+
+struct stats_file;
+
+/* disks and exports are borrowed: they must outlive the writer.  The
+ * first snapshot is written at once.  NULL with errno set (and logged)
+ * if the thread cannot start.
+ */
+struct stats_file *stats_file_start (const char *path, uint64_t interval_ns,
+                                     struct queue **disks, size_t nr_disks,
+                                     struct linear **exports,
+                                     size_t nr_exports);
+
+/* Writes a snapshot now, from any thread.  0 or -1 with errno set. */
+int stats_file_write_now (struct stats_file *);
+
+/* Joins the thread, writes the final snapshot, frees.  NULL is a no-op. */
+void stats_file_stop (struct stats_file *);
+
+/* The document stats_file_write_now writes, as a string to free(), for
+ * tests and other outputs.  uptime_s is the "uptime" field.  NULL with
+ * errno set.
+ */
+char *stats_file_render (struct queue **disks, size_t nr_disks,
+                         struct linear **exports, size_t nr_exports,
+                         double uptime_s);
+
+#endif /* PLUGQ_STATS_FILE_H */
