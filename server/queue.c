@@ -75,7 +75,9 @@ struct queue {
   uint64_t next_seq;
 
   bool plugged;
-  bool running;                 /* unplugged: dispatch until empty */
+  bool running;                 /* unplugged: dispatching */
+  uint64_t unplug_seq;          /* an unplug sends out everything up to here */
+  uint32_t full_waiters;
   bool stopping;
   uint64_t plug_deadline_ns;
 
@@ -178,6 +180,7 @@ unplug_locked (struct queue *q, enum unplug_cause cause)
                  q->name, unplug_cause_names[cause], q->nr_queued);
   }
   q->running = true;
+  q->unplug_seq = q->next_seq;
   pthread_cond_signal (&q->dispatch_wake);
 }
 
@@ -211,7 +214,8 @@ after_insert (struct queue *q, unsigned flags)
     plug (q);
   if (flags & REQ_FUA)
     unplug_locked (q, UNPLUG_SYNC);
-  else if (q->plugged && q->nr_queued >= q->cfg.unplug_thresh)
+  else if (q->plugged && (q->nr_queued >= q->cfg.unplug_thresh
+                          || q->queued_bytes >= q->merge_limit))
     unplug_locked (q, UNPLUG_THRESHOLD);
 }
 
@@ -350,7 +354,9 @@ wait_for_space (struct queue *q, uint64_t bytes)
       counted = true;
     }
     unplug_locked (q, UNPLUG_FULL);
+    q->full_waiters++;
     pthread_cond_wait (&q->progress, &q->lock);
+    q->full_waiters--;
   }
 }
 
@@ -953,6 +959,24 @@ backend_flush_locked (struct queue *q)
   pthread_cond_broadcast (&q->progress);
 }
 
+/* An unplug sends out what was queued when it happened.  Requests that
+ * arrived during that dispatch plug the queue again unless they already
+ * make a threshold's worth, or somebody is waiting for them: so a busy
+ * queue keeps building merges instead of trickling out one small
+ * operation per arrival.
+ */
+static bool
+should_replug (const struct queue *q)
+{
+  const struct piece *oldest = TAILQ_FIRST (&q->by_age);
+
+  return oldest && oldest->seq > q->unplug_seq
+    && q->cfg.unplug_thresh > 1
+    && q->nr_queued < q->cfg.unplug_thresh
+    && q->queued_bytes < q->merge_limit
+    && !q->flush.wanted && !q->stopping && q->full_waiters == 0;
+}
+
 static void *
 dispatch_thread (void *arg)
 {
@@ -965,6 +989,10 @@ dispatch_thread (void *arg)
      */
     if (q->flush.wanted && !flush_blocked (q))
       backend_flush_locked (q);
+    else if (q->running && should_replug (q)) {
+      q->running = false;
+      plug (q);
+    }
     else if (q->running && q->nr_queued > 0)
       dispatch_one_batch (q);
     else if (q->nr_queued == 0 && q->stopping)
