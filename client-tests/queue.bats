@@ -462,8 +462,10 @@ EOF
 
 @test "queue: a small queue-bytes applies back-pressure and loses nothing" {
   make_file "$F" 16M
+  # max-merge above queue-bytes: a merge's worth of queued bytes would
+  # otherwise unplug the queue (threshold) before it is ever full.
   start_plugq unplug-delay=20s unplug-thresh=100000 write-expire=60s \
-    queue-bytes=1M stats="$T/stats.json" stats-interval=50ms disk=f file="$F"
+    max-merge=8M queue-bytes=1M stats="$T/stats.json" stats-interval=50ms disk=f file="$F"
   pyrun "$F" <<'EOF'
 import sys
 from plugqtest import *

@@ -26,6 +26,20 @@ struct block_limits {
 
 struct backend;
 
+/* An asynchronous write, zero or trim (see backend_ops.submit). */
+enum backend_io_kind { BACKEND_WRITE, BACKEND_ZERO, BACKEND_TRIM };
+
+struct backend_io {
+  enum backend_io_kind kind;
+  const struct iovec *iov;      /* BACKEND_WRITE */
+  int iovcnt;
+  uint64_t offset;
+  uint64_t count;
+  bool may_trim;                /* BACKEND_ZERO */
+  /* Called once, from the backend's own thread, when it is done. */
+  void (*done) (struct backend_io *, int err);
+};
+
 struct backend_ops {
   const char *kind;             /* "file", "memory", "nbd" */
   int (*pread) (struct backend *, void *buf, size_t count, uint64_t offset);
@@ -42,6 +56,12 @@ struct backend_ops {
                   struct extent_list *);
   int (*cache) (struct backend *, uint64_t count, uint64_t offset);
   void (*close) (struct backend *);
+  /* Optional, for backends with their own threads (started after nbdkit
+   * forks) that accept several operations at once: submit starts io and
+   * returns 0, or -1 with errno if it could not be started.
+   */
+  int (*start) (struct backend *);
+  int (*submit) (struct backend *, struct backend_io *);
 };
 
 struct backend {
@@ -53,6 +73,8 @@ struct backend {
    */
   uint32_t max_write;
   int max_iov;
+  /* Operations the queue may have outstanding at once (submit only). */
+  unsigned max_in_flight;
   /* A zero can be queued as a fast zero: the backend zeroes a range
    * without writing every byte.
    */
@@ -66,6 +88,10 @@ struct backend {
 struct backend *backend_file_open (const char *path, bool direct,
                                    bool readonly);
 struct backend *backend_memory_new (uint64_t size);
+/* A remote NBD export through libnbd.  reconnect_ns > 0 retries a lost
+ * connection with backoff starting there.
+ */
+struct backend *backend_nbd_open (const char *uri, uint64_t reconnect_ns);
 
 static inline void
 backend_close (struct backend *b)

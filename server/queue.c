@@ -23,6 +23,7 @@
 #include <config.h>
 
 #include <assert.h>
+#include <stddef.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -68,7 +69,10 @@ struct queue {
 
   struct piece_tree by_offset;
   struct piece_list by_age;
-  struct piece_list in_flight;
+  struct piece_tree in_flight;  /* pieces on their way, by offset */
+  TAILQ_HEAD (, batch) batches;
+  uint32_t nr_batches;
+  uint32_t max_in_flight;       /* batches at once: 1 unless async */
   struct elevator_state elevator;
   uint32_t nr_queued;
   uint64_t queued_bytes;
@@ -126,7 +130,10 @@ queue_new (const char *name, struct backend *backend,
   pthread_cond_init (&q->progress, NULL);
   RB_INIT (&q->by_offset);
   TAILQ_INIT (&q->by_age);
-  TAILQ_INIT (&q->in_flight);
+  RB_INIT (&q->in_flight);
+  TAILQ_INIT (&q->batches);
+  q->max_in_flight = backend->ops->submit && backend->max_in_flight > 1
+    ? backend->max_in_flight : 1;
   q->elevator.by_offset = &q->by_offset;
   q->elevator.by_age = &q->by_age;
   q->flush.next_epoch = 1;
@@ -663,28 +670,37 @@ overlay_free (struct overlay_set *set)
  * a queued piece older than them would have been cut when they arrived.
  */
 static int
-overlay_collect (struct queue *q, uint64_t offset, uint64_t end,
-                 struct overlay_set *set)
+collect_tree (struct piece_tree *tree, uint64_t offset, uint64_t end,
+              struct overlay_set *set)
 {
   struct piece key = { .offset = offset };
-  struct piece *p;
+  struct piece *p = RB_NFIND (piece_tree, tree, &key);
 
-  set->v = set->inline_v;
-  set->len = 0;
-  set->cap = sizeof set->inline_v / sizeof set->inline_v[0];
-  TAILQ_FOREACH (p, &q->in_flight, batch)
-    if (p->offset < end && piece_end (p) > offset
-        && overlay_add (set, p) == -1)
-      return -1;
-  p = RB_NFIND (piece_tree, &q->by_offset, &key);
-  if (p && RB_PREV (piece_tree, &q->by_offset, p))
-    p = RB_PREV (piece_tree, &q->by_offset, p);
+  if (p && RB_PREV (piece_tree, tree, p))
+    p = RB_PREV (piece_tree, tree, p);
   else if (p == NULL)
-    p = RB_MAX (piece_tree, &q->by_offset);
-  for (; p && p->offset < end; p = RB_NEXT (piece_tree, &q->by_offset, p))
+    p = RB_MAX (piece_tree, tree);
+  for (; p && p->offset < end; p = RB_NEXT (piece_tree, tree, p))
     if (piece_end (p) > offset && overlay_add (set, p) == -1)
       return -1;
   return 0;
+}
+
+/* Under the lock: every piece over [offset, end), oldest layer first.
+ * Pieces in flight are always older than any queued piece they overlap
+ * (a queued piece older than them would have been cut when they
+ * arrived), and never overlap each other (see overlaps_in_flight).
+ */
+static int
+overlay_collect (struct queue *q, uint64_t offset, uint64_t end,
+                 struct overlay_set *set)
+{
+  set->v = set->inline_v;
+  set->len = 0;
+  set->cap = sizeof set->inline_v / sizeof set->inline_v[0];
+  if (collect_tree (&q->in_flight, offset, end, set) == -1)
+    return -1;
+  return collect_tree (&q->by_offset, offset, end, set);
 }
 
 static void
@@ -795,10 +811,19 @@ queue_cache (struct queue *q, uint64_t count, uint64_t offset)
 
 /* ------------------------------------------------------------ dispatch */
 
+/* One backend operation and the pieces it carries. */
 struct batch {
-  struct piece *first;
+  TAILQ_ENTRY (batch) link;
+  struct queue *q;
+  struct piece_list pieces;
   uint32_t nr_pieces;
+  uint64_t offset;
   uint64_t bytes;
+  enum op_kind kind;
+  bool may_trim;
+  uint64_t issued_ns;
+  struct iovec *iov;
+  struct backend_io io;
 };
 
 static size_t
@@ -810,93 +835,164 @@ batch_limit (const struct queue *q)
   return q->backend->max_iov > 0 ? (size_t) q->backend->max_iov : 1024;
 }
 
-/* Under the lock: moves the elevator's next run of pieces in flight. */
+/* A piece may not go out while an older piece over the same bytes is
+ * still on its way: the two could land in either order.
+ */
+static bool
+overlaps_in_flight (struct queue *q, const struct piece *p)
+{
+  struct piece key = { .offset = p->offset };
+  struct piece *f = RB_NFIND (piece_tree, &q->in_flight, &key);
+  struct piece *prev = f ? RB_PREV (piece_tree, &q->in_flight, f)
+    : RB_MAX (piece_tree, &q->in_flight);
+
+  return (f && f->offset < piece_end (p))
+    || (prev && piece_end (prev) > p->offset);
+}
+
 static void
-batch_take (struct queue *q, struct batch *b)
+batch_add (struct queue *q, struct batch *b, struct piece *p, uint64_t now)
+{
+  queue_unlink (q, p);
+  p->state = PIECE_IN_FLIGHT;
+  RB_INSERT (piece_tree, &q->in_flight, p);
+  TAILQ_INSERT_TAIL (&b->pieces, p, batch);
+  latency_record (&q->stats.queue_time, now - p->arrival_ns);
+  b->nr_pieces++;
+  b->bytes += p->length;
+  q->stats.in_flight++;
+}
+
+/* Under the lock: the elevator's next run of pieces, or NULL when what it
+ * would start with has to wait for an operation in flight.
+ */
+static struct batch *
+batch_take (struct queue *q)
 {
   uint64_t now = monotonic_ns ();
   struct piece *p = q->cfg.elevator->first (&q->elevator, now);
   size_t limit = batch_limit (q);
+  struct batch *b;
 
-  b->first = p;
-  b->nr_pieces = 0;
-  b->bytes = 0;
-  while (p) {
+  if (p == NULL || overlaps_in_flight (q, p)
+      || (b = calloc (1, sizeof *b)) == NULL)
+    return NULL;
+  b->q = q;
+  b->offset = p->offset;
+  b->kind = p->kind;
+  b->may_trim = p->may_trim;
+  TAILQ_INIT (&b->pieces);
+  for (;;) {
     struct piece *next = q->cfg.elevator->next (&q->elevator, p);
 
-    queue_unlink (q, p);
-    p->state = PIECE_IN_FLIGHT;
-    TAILQ_INSERT_TAIL (&q->in_flight, p, batch);
-    latency_record (&q->stats.queue_time, now - p->arrival_ns);
-    b->nr_pieces++;
-    b->bytes += p->length;
+    batch_add (q, b, p, now);
     if (next == NULL || b->nr_pieces >= limit
-        || b->bytes + next->length > q->merge_limit)
+        || b->bytes + next->length > q->merge_limit
+        || overlaps_in_flight (q, next))
       break;
     p = next;
   }
-  q->elevator.head = b->first->offset + b->bytes;
-  q->stats.in_flight = b->nr_pieces;
+  q->elevator.head = b->offset + b->bytes;
+  TAILQ_INSERT_TAIL (&q->batches, b, link);
+  q->nr_batches++;
+  return b;
 }
 
+/* Unlocked: describe the batch as one backend operation. */
 static int
-batch_write (struct queue *q, struct batch *b)
+batch_prepare (struct batch *b)
 {
-  struct iovec inline_iov[16], *iov = inline_iov;
+  static const enum backend_io_kind kinds[] = {
+    [OP_WRITE] = BACKEND_WRITE, [OP_ZERO] = BACKEND_ZERO,
+    [OP_TRIM] = BACKEND_TRIM,
+  };
   struct piece *p;
-  int i = 0, r;
+  int i = 0;
 
-  if (b->nr_pieces > 16 && (iov = malloc (b->nr_pieces * sizeof *iov)) == NULL)
+  b->io = (struct backend_io) {
+    .kind = kinds[b->kind], .offset = b->offset, .count = b->bytes,
+    .may_trim = b->may_trim,
+  };
+  if (b->kind != OP_WRITE)
+    return 0;
+  if ((b->iov = malloc (b->nr_pieces * sizeof *b->iov)) == NULL)
     return -1;
-  TAILQ_FOREACH (p, &q->in_flight, batch) {
-    iov[i].iov_base = p->buf->data + p->buf_offset;
-    iov[i].iov_len = p->length;
+  TAILQ_FOREACH (p, &b->pieces, batch) {
+    b->iov[i].iov_base = p->buf->data + p->buf_offset;
+    b->iov[i].iov_len = p->length;
     i++;
   }
-  r = q->backend->ops->pwritev (q->backend, iov, i, b->first->offset);
-  if (iov != inline_iov)
-    free (iov);
-  return r;
+  b->io.iov = b->iov;
+  b->io.iovcnt = i;
+  return 0;
 }
 
-/* Unlocked: the one backend operation for the batch. */
 static int
-batch_issue (struct queue *q, struct batch *b)
+batch_run_sync (struct backend *be, const struct backend_io *io)
 {
-  struct backend *be = q->backend;
-
-  switch (b->first->kind) {
-  case OP_WRITE:
-    return batch_write (q, b);
-  case OP_ZERO:
-    return be->ops->zero (be, b->bytes, b->first->offset,
-                          b->first->may_trim);
-  case OP_TRIM:
-    return be->ops->trim (be, b->bytes, b->first->offset);
-  default:
-    abort ();
+  switch (io->kind) {
+  case BACKEND_WRITE:
+    return be->ops->pwritev (be, io->iov, io->iovcnt, io->offset);
+  case BACKEND_ZERO:
+    return be->ops->zero (be, io->count, io->offset, io->may_trim);
+  case BACKEND_TRIM:
+    return be->ops->trim (be, io->count, io->offset);
   }
+  abort ();
+}
+
+static int
+seq_cmp (const void *a, const void *b)
+{
+  uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
+
+  return x < y ? -1 : x > y;
+}
+
+/* Requests in the batch: fragments of one request cut apart by a newer
+ * one and joined again are not merges.
+ */
+static uint32_t
+batch_requests (const struct batch *b)
+{
+  uint64_t inline_seqs[32], *seqs = inline_seqs;
+  const struct piece *p;
+  uint32_t n = 0, distinct = 0;
+
+  if (b->nr_pieces > 32
+      && (seqs = malloc (b->nr_pieces * sizeof *seqs)) == NULL)
+    return b->nr_pieces;
+  TAILQ_FOREACH (p, &b->pieces, batch)
+    seqs[n++] = p->seq;
+  qsort (seqs, n, sizeof *seqs, seq_cmp);
+  for (uint32_t i = 0; i < n; i++)
+    if (i == 0 || seqs[i] != seqs[i - 1])
+      distinct++;
+  if (seqs != inline_seqs)
+    free (seqs);
+  return distinct;
 }
 
 /* Under the lock: the batch is on the backend (or failed). */
 static void
-batch_complete (struct queue *q, struct batch *b, int err,
-                uint64_t issued_ns)
+batch_complete (struct queue *q, struct batch *b, int err)
 {
   uint64_t now = monotonic_ns ();
-  struct op_counters *c = &q->stats.op[b->first->kind];
+  struct op_counters *c = &q->stats.op[b->kind];
   struct piece *p;
   bool latched = false;
 
   c->backend_ops++;
   c->backend_bytes += b->bytes;
-  c->merges += b->nr_pieces - 1;
+  c->merges += batch_requests (b) - 1;
   q->stats.requests_dispatched += b->nr_pieces;
-  latency_record (&q->stats.dispatch_time, now - issued_ns);
+  latency_record (&q->stats.dispatch_time, now - b->issued_ns);
   if (err)
     c->errors++;
-  while ((p = TAILQ_FIRST (&q->in_flight)) != NULL) {
-    TAILQ_REMOVE (&q->in_flight, p, batch);
+  while ((p = TAILQ_FIRST (&b->pieces)) != NULL) {
+    TAILQ_REMOVE (&b->pieces, p, batch);
+    RB_REMOVE (piece_tree, &q->in_flight, p);
+    q->stats.in_flight--;
     c->ticks_ms_x1000 += (now - p->arrival_ns) / 1000;
     q->stats.time_in_queue_us += (now - p->arrival_ns) / 1000;
     if (err && p->waiter && p->waiter->err == 0)
@@ -909,33 +1005,60 @@ batch_complete (struct queue *q, struct batch *b, int err,
       p->waiter->pending--;
     piece_free (p);
   }
-  q->stats.in_flight = 0;
+  TAILQ_REMOVE (&q->batches, b, link);
+  q->nr_batches--;
+  free (b->iov);
+  free (b);
   pthread_cond_broadcast (&q->progress);
+  pthread_cond_signal (&q->dispatch_wake);
 }
 
+/* Backend thread: an asynchronous operation finished. */
 static void
-dispatch_one_batch (struct queue *q)
+batch_done (struct backend_io *io, int err)
 {
-  struct batch b;
-  uint64_t issued;
+  struct batch *b = (struct batch *) ((char *) io
+                                      - offsetof (struct batch, io));
+  struct queue *q = b->q;
+
+  pthread_mutex_lock (&q->lock);
+  batch_complete (q, b, err);
+  pthread_mutex_unlock (&q->lock);
+}
+
+/* Called with the lock held; drops it while the backend works. */
+static void
+batch_issue (struct queue *q, struct batch *b)
+{
+  struct backend *be = q->backend;
   int err = 0;
 
-  batch_take (q, &b);
   pthread_mutex_unlock (&q->lock);
-  issued = monotonic_ns ();
-  if (batch_issue (q, &b) == -1)
+  b->issued_ns = monotonic_ns ();
+  if (batch_prepare (b) == -1)
+    err = ENOMEM;
+  else if (be->ops->submit) {
+    b->io.done = batch_done;
+    if (be->ops->submit (be, &b->io) == 0) {
+      pthread_mutex_lock (&q->lock);
+      return;                   /* batch_done completes it */
+    }
+    err = errno ? errno : EIO;
+  }
+  else if (batch_run_sync (be, &b->io) == -1)
     err = errno ? errno : EIO;
   pthread_mutex_lock (&q->lock);
-  batch_complete (q, &b, err, issued);
+  batch_complete (q, b, err);
 }
 
-/* Pieces up to the flush barrier are still queued. */
+/* Pieces up to the flush barrier are still queued or in flight. */
 static bool
 flush_blocked (const struct queue *q)
 {
   const struct piece *oldest = TAILQ_FIRST (&q->by_age);
 
-  return oldest && oldest->seq <= q->flush.barrier_seq;
+  return q->nr_batches > 0
+    || (oldest && oldest->seq <= q->flush.barrier_seq);
 }
 
 static void
@@ -977,10 +1100,17 @@ should_replug (const struct queue *q)
     && !q->flush.wanted && !q->stopping && q->full_waiters == 0;
 }
 
+static bool
+can_dispatch (const struct queue *q)
+{
+  return q->running && q->nr_queued > 0 && q->nr_batches < q->max_in_flight;
+}
+
 static void *
 dispatch_thread (void *arg)
 {
   struct queue *q = arg;
+  struct batch *b;
 
   pthread_mutex_lock (&q->lock);
   for (;;) {
@@ -993,12 +1123,12 @@ dispatch_thread (void *arg)
       q->running = false;
       plug (q);
     }
-    else if (q->running && q->nr_queued > 0)
-      dispatch_one_batch (q);
-    else if (q->nr_queued == 0 && q->stopping)
+    else if (can_dispatch (q) && (b = batch_take (q)) != NULL)
+      batch_issue (q, b);
+    else if (q->nr_queued == 0 && q->nr_batches == 0 && q->stopping)
       break;
     else {
-      if (q->nr_queued == 0)
+      if (q->nr_queued == 0 && q->nr_batches == 0)
         q->running = false;     /* idle: the next arrival plugs again */
       pthread_cond_wait (&q->dispatch_wake, &q->lock);
     }
@@ -1011,6 +1141,8 @@ int
 queue_start (struct queue *q, struct timer_service *ts)
 {
   if (ts && timer_service_attach (ts, &q->timer) == -1)
+    return -1;
+  if (q->backend->ops->start && q->backend->ops->start (q->backend) == -1)
     return -1;
   if (engine_thread_create (&q->dispatcher, dispatch_thread, q) == -1) {
     log_error ("%s: cannot start the dispatch thread: %m", q->name);
