@@ -88,7 +88,7 @@ plugq_dump_plugin (void)
 {
   printf ("plugq_version=%s\n", PACKAGE_VERSION);
   printf ("plugq_elevators=deadline,noop\n");
-  printf ("plugq_backends=file,memory\n");
+  printf ("plugq_backends=file,memory,nbd\n");
 }
 
 /* ---------------------------------------------------------------- lifecycle */

@@ -3,7 +3,8 @@
  * Grammar (design.md section 2):
  *
  *   [queue keys]...                          the defaults
- *   disk=NAME (file=PATH [direct=BOOL] | memory=SIZE) [queue keys]...
+ *   disk=NAME (file=PATH [direct=BOOL] | memory=SIZE
+ *             | nbd=URI [reconnect=DELAY]) [queue keys]...
  *   linear=NAME:MEMBER[,MEMBER]...           MEMBER = NAME | NAME@OFF+LEN
  *   default-export=NAME  stats=PATH  stats-interval=DELAY   (anywhere)
  *
@@ -39,7 +40,7 @@
 #define DEFAULT_STATS_INTERVAL_NS UINT64_C (1000000000)
 
 enum entry_kind { ENTRY_DISK, ENTRY_VOLUME };
-enum backend_kind { BACKEND_NONE, BACKEND_FILE, BACKEND_MEMORY };
+enum backend_kind { BACKEND_NONE, BACKEND_FILE, BACKEND_MEMORY, BACKEND_NBD };
 enum visit { UNVISITED, VISITING, VISITED };
 
 /* One volume member as written on the command line. */
@@ -63,6 +64,9 @@ struct entry {
   bool direct;
   bool direct_given;
   uint64_t memory_size;
+  char *uri;
+  uint64_t reconnect_ns;
+  bool reconnect_given;
   struct queue_config qc;
   struct queue *queue;          /* owned until added to the setup */
 
@@ -355,6 +359,7 @@ free_entry (struct entry *e)
   free (e->members);
   free (e->spec);
   free (e->file);
+  free (e->uri);
   free (e->name);
   free (e->description);
   /* export and queue belong to the setup once built. */
@@ -393,7 +398,7 @@ backend_target (const char *key, const char *value)
 static const char *
 backend_key (enum backend_kind b)
 {
-  return b == BACKEND_FILE ? "file" : "memory";
+  return b == BACKEND_FILE ? "file" : b == BACKEND_NBD ? "nbd" : "memory";
 }
 
 static int
@@ -459,6 +464,42 @@ config_memory (const char *key, const char *value)
   if (parse_size_key (key, value, false, &d->memory_size) == -1)
     return -1;
   d->backend = BACKEND_MEMORY;
+  return 0;
+}
+
+/* The URI is only checked for its scheme here; libnbd parses the rest
+ * and connects at get_ready, where its error still reaches the terminal.
+ */
+static int
+config_nbd (const char *key, const char *value)
+{
+  struct entry *d = backend_target (key, value);
+
+  if (d == NULL || check_one_backend (d, key, value) == -1)
+    return -1;
+  if (strncmp (value, "nbd://", 6) != 0 && strncmp (value, "nbds://", 7) != 0
+      && strncmp (value, "nbd+unix://", 11) != 0
+      && strncmp (value, "nbds+unix://", 12) != 0) {
+    nbdkit_error ("%s=%s: not an NBD URI (nbd://, nbds://, nbd+unix://, "
+                  "nbds+unix://) (disk=%s)", key, value, d->name);
+    return -1;
+  }
+  if ((d->uri = strdup (value)) == NULL) {
+    nbdkit_error ("%s: %m", key);
+    return -1;
+  }
+  d->backend = BACKEND_NBD;
+  return 0;
+}
+
+static int
+config_reconnect (const char *key, const char *value)
+{
+  struct entry *d = backend_target (key, value);
+
+  if (d == NULL || parse_delay (key, value, false, &d->reconnect_ns) == -1)
+    return -1;
+  d->reconnect_given = true;
   return 0;
 }
 
@@ -708,6 +749,10 @@ plugq_config_key (const char *key, const char *value)
     return config_direct (key, value);
   if (strcmp (key, "memory") == 0)
     return config_memory (key, value);
+  if (strcmp (key, "nbd") == 0)
+    return config_nbd (key, value);
+  if (strcmp (key, "reconnect") == 0)
+    return config_reconnect (key, value);
   if (strcmp (key, "linear") == 0)
     return config_linear (key, value);
   if (is_queue_key (key))
@@ -748,12 +793,17 @@ static int
 check_disk (const struct entry *d)
 {
   if (d->backend == BACKEND_NONE) {
-    nbdkit_error ("disk=%s: no backend: give file=PATH or memory=SIZE "
-                  "after it", d->name);
+    nbdkit_error ("disk=%s: no backend: give file=PATH, memory=SIZE or "
+                  "nbd=URI after it", d->name);
     return -1;
   }
   if (d->direct_given && d->backend != BACKEND_FILE) {
     nbdkit_error ("disk=%s: direct= is only for a file= backend",
+                  d->name);
+    return -1;
+  }
+  if (d->reconnect_given && d->backend != BACKEND_NBD) {
+    nbdkit_error ("disk=%s: reconnect= is only for an nbd= backend",
                   d->name);
     return -1;
   }
@@ -927,6 +977,8 @@ build_disk (struct entry *d)
 
   if (d->backend == BACKEND_FILE)
     b = backend_file_open (d->file, d->direct, false);
+  else if (d->backend == BACKEND_NBD)
+    b = backend_nbd_open (d->uri, d->reconnect_ns);
   else
     b = backend_memory_new (d->memory_size);
   if (b == NULL) {

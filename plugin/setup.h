@@ -22,6 +22,8 @@
   "file=<PATH>                 Backend of the last disk=: a file or block device.\n" \
   "direct=<BOOL>               Open that file= with O_DIRECT (default false).\n" \
   "memory=<SIZE>               Backend of the last disk=: sparse RAM of SIZE.\n" \
+  "nbd=<URI>                   Backend of the last disk=: a remote NBD export.\n" \
+  "reconnect=<DELAY>           With nbd=: redial a lost server, backoff from DELAY.\n" \
   "linear=<NAME>:<M>[,<M>...]  A volume of disks/volumes end to end; M may be\n" \
   "                            NAME@OFFSET+LENGTH for a sub-range.\n" \
   "ack=queued|dispatched       Answer writes once queued (default) or written.\n" \
