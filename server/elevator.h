@@ -16,6 +16,8 @@ struct elevator_state {
   struct piece_tree *by_offset;
   struct piece_list *by_age;
   uint64_t head;                /* end of the last dispatch (C-LOOK) */
+  /* While a FLUSH waits, pieces up to here must go first; 0 = none. */
+  uint64_t barrier_seq;
 };
 
 struct elevator_ops {

@@ -5,25 +5,48 @@
  * elevator"), so sequential streams go out in order and merge.  The
  * sweep gives way to the oldest piece once it has waited past its
  * deadline, so a stream that keeps the queue busy cannot starve a piece
- * that sits behind the head forever.
+ * that sits behind the head forever.  While a FLUSH waits, the sweep
+ * only starts at pieces the flush covers: the stream ahead of the head
+ * must not make an fsync wait for write-expire.
  */
 #include <config.h>
 
+#include <stdbool.h>
+
 #include "elevator.h"
+
+static bool
+covered (const struct elevator_state *e, const struct piece *p)
+{
+  return e->barrier_seq == 0 || p->seq <= e->barrier_seq;
+}
+
+/* The first covered piece at or after the head, wrapping once. */
+static struct piece *
+sweep_from_head (struct elevator_state *e)
+{
+  struct piece key = { .offset = e->head };
+  struct piece *p;
+
+  for (p = RB_NFIND (piece_tree, e->by_offset, &key); p;
+       p = RB_NEXT (piece_tree, e->by_offset, p))
+    if (covered (e, p))
+      return p;
+  for (p = RB_MIN (piece_tree, e->by_offset); p;
+       p = RB_NEXT (piece_tree, e->by_offset, p))
+    if (covered (e, p))
+      return p;
+  return RB_MIN (piece_tree, e->by_offset);
+}
 
 static struct piece *
 deadline_first (struct elevator_state *e, uint64_t now_ns)
 {
   struct piece *oldest = TAILQ_FIRST (e->by_age);
-  struct piece key = { .offset = e->head };
-  struct piece *p;
 
   if (oldest && oldest->expires_ns <= now_ns)
     return oldest;
-  p = RB_NFIND (piece_tree, e->by_offset, &key);
-  if (p == NULL)
-    p = RB_MIN (piece_tree, e->by_offset);
-  return p;
+  return sweep_from_head (e);
 }
 
 static struct piece *

@@ -54,6 +54,7 @@ struct latched_error {
   uint64_t seq;                 /* bumped on every error */
   int errnum;
   bool seen;
+  uint64_t sessions_then;       /* session generation at the latest error */
 };
 
 struct queue {
@@ -393,12 +394,18 @@ error_cursor (struct queue *q, struct session *s)
 {
   uint64_t *slot = session_slot (s, q->index);
 
-  /* Like errseq_sample: a session opened after an error nobody has been
-   * told about yet will still be told.
+  /* A cursor is set on first use, but must read as if set when the
+   * session opened: a session that existed at the latest error is told
+   * of it, and one opened later is told only if nobody has been yet
+   * (as errseq_sample does at open).
    */
-  if (slot && *slot == SESSION_SLOT_UNSET)
-    *slot = q->error.seen || q->error.seq == 0 ? q->error.seq
-      : q->error.seq - 1;
+  if (slot && *slot == SESSION_SLOT_UNSET) {
+    bool existed = q->error.seq > 0
+      && session_id (s) <= q->error.sessions_then;
+
+    *slot = q->error.seq > 0 && (existed || !q->error.seen)
+      ? q->error.seq - 1 : q->error.seq;
+  }
   return slot;
 }
 
@@ -408,6 +415,7 @@ latch_error (struct queue *q, int errnum)
   q->error.seq++;
   q->error.errnum = errnum;
   q->error.seen = false;
+  q->error.sessions_then = session_generation ();
   q->stats.latched_errors++;
   log_error ("%s: write-back failed: %s (reported on the next flush)",
              q->name, strerror (errnum));
@@ -850,6 +858,25 @@ overlaps_in_flight (struct queue *q, const struct piece *p)
     || (prev && piece_end (prev) > p->offset);
 }
 
+/* When the elevator's choice must wait for an operation in flight, the
+ * oldest pieces that need not wait go instead of leaving the backend
+ * idle for a round trip.
+ */
+#define DISPATCHABLE_SCAN 64
+
+static struct piece *
+oldest_dispatchable (struct queue *q)
+{
+  struct piece *p = TAILQ_FIRST (&q->by_age);
+
+  for (int i = 0; p && i < DISPATCHABLE_SCAN; i++) {
+    if (!overlaps_in_flight (q, p))
+      return p;
+    p = TAILQ_NEXT (p, by_age);
+  }
+  return NULL;
+}
+
 static void
 batch_add (struct queue *q, struct batch *b, struct piece *p, uint64_t now)
 {
@@ -870,12 +897,15 @@ static struct batch *
 batch_take (struct queue *q)
 {
   uint64_t now = monotonic_ns ();
-  struct piece *p = q->cfg.elevator->first (&q->elevator, now);
+  struct piece *p;
   size_t limit = batch_limit (q);
   struct batch *b;
 
-  if (p == NULL || overlaps_in_flight (q, p)
-      || (b = calloc (1, sizeof *b)) == NULL)
+  q->elevator.barrier_seq = q->flush.wanted ? q->flush.barrier_seq : 0;
+  p = q->cfg.elevator->first (&q->elevator, now);
+  if (p && overlaps_in_flight (q, p))
+    p = oldest_dispatchable (q);
+  if (p == NULL || (b = calloc (1, sizeof *b)) == NULL)
     return NULL;
   b->q = q;
   b->offset = p->offset;

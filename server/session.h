@@ -11,6 +11,12 @@
  */
 unsigned session_register_queue (void);
 
+/* Sessions are numbered from 1 as they open; the generation is the
+ * newest number handed out, so every session with id <= it exists.
+ */
+uint64_t session_generation (void);
+uint64_t session_id (const struct session *);
+
 /* The cursor of queue `index`; only touched under that queue's lock. */
 uint64_t *session_slot (struct session *, unsigned index);
 
