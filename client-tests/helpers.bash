@@ -213,3 +213,15 @@ make_direct_file() {
   fi
   truncate -s "$1" "$DIRECT_FILE"
 }
+
+# skip_if_sanitized: for tests whose nbdkit exits after an error.  With
+# the sanitizer runtime preloaded into nbdkit (the ASan stage of
+# scripts/test-all.sh sets PLUGQ_SANITIZED=1), such an exit can deadlock
+# in p11-kit's exit handler (__freelocale waits on glibc's setlocale
+# lock); a trivial plugin whose .config fails after a failed stat() does
+# the same, so it is not plugq's.  The plain build runs these tests.
+skip_if_sanitized() {
+  if [ -n "${PLUGQ_SANITIZED:-}" ]; then
+    skip "nbdkit with a preloaded sanitizer deadlocks at exit after an error"
+  fi
+}

@@ -71,7 +71,7 @@ sanlogs=$out/asan/sanitizer-logs
 rm -rf "$sanlogs"
 if build "$out/asan" CC=gcc CFLAGS="$san" LDFLAGS="-fsanitize=address,undefined"; then
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  PLUGQ_SANITIZER_LOGS=$sanlogs \
+  PLUGQ_SANITIZER_LOGS=$sanlogs PLUGQ_SANITIZED=1 \
     run_check "$out/asan" NBDKIT="$top/scripts/nbdkit-sanitized" \
       TESTS="$unit_tests $asan_client_tests"
   if [ -n "$(ls -A "$sanlogs" 2>/dev/null)" ]; then
