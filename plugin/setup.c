@@ -981,11 +981,8 @@ build_disk (struct entry *d)
     b = backend_nbd_open (d->uri, d->reconnect_ns);
   else
     b = backend_memory_new (d->memory_size);
-  if (b == NULL) {
-    /* The backend has logged why. */
-    nbdkit_error ("disk=%s: cannot open its backend", d->name);
-    return -1;
-  }
+  if (b == NULL)
+    return -1;                  /* the backend has said why, in one line */
 
   d->queue = queue_new (d->name, b, &d->qc);
   if (d->queue == NULL) {

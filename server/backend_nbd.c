@@ -51,6 +51,7 @@ struct nbd_backend {
   pthread_mutex_t lock;
   struct nbd_handle *h;
   bool connected;
+  bool lost;                    /* loop thread: loss handled, redialling */
 
   struct ev_loop *loop;
   ev_io io;
@@ -192,6 +193,7 @@ issue_chunks (struct nbd_backend *nb, struct nbd_op *op, issue_fn fn,
   pthread_mutex_lock (&nb->lock);
   if (!nb->connected) {
     pthread_mutex_unlock (&nb->lock);
+    wake_loop (nb);
     errno = ENOTCONN;
     return -1;
   }
@@ -203,7 +205,15 @@ issue_chunks (struct nbd_backend *nb, struct nbd_op *op, issue_fn fn,
       int err = nbd_get_errno ();
 
       atomic_fetch_sub (&op->pending, 1);
-      log_error ("%s: %s", nb->uri, nbd_get_error ());
+      /* A command can be the first to find the connection gone; libnbd
+       * then refuses every later one with EINVAL.  It is a lost remote.
+       */
+      if (nbd_aio_is_dead (nb->h) || nbd_aio_is_closed (nb->h)) {
+        nb->connected = false;
+        err = EIO;
+      }
+      else
+        log_error ("%s: %s", nb->uri, nbd_get_error ());
       errno = err ? err : EIO;
       r = -1;
       break;
@@ -555,12 +565,24 @@ update_watcher (struct nbd_backend *nb)
   }
 }
 
+/* Loop thread: whoever noticed first (a reply, or a command that could
+ * not be sent), the loss is handled here once.
+ */
 static void
-connection_lost (struct nbd_backend *nb)
+check_lost (struct nbd_backend *nb)
 {
+  bool lost;
+
+  if (nb->lost)
+    return;
   pthread_mutex_lock (&nb->lock);
-  nb->connected = false;
+  if (nbd_aio_is_dead (nb->h) || nbd_aio_is_closed (nb->h))
+    nb->connected = false;
+  lost = !nb->connected;
   pthread_mutex_unlock (&nb->lock);
+  if (!lost)
+    return;
+  nb->lost = true;
   ev_io_stop (nb->loop, &nb->io);
   log_error ("%s: connection lost%s", nb->uri,
              nb->reconnect_ns ? ", reconnecting" : "");
@@ -581,15 +603,14 @@ io_cb (struct ev_loop *loop, ev_io *w, int revents)
     nbd_aio_notify_read (h);
   if (revents & EV_WRITE)
     nbd_aio_notify_write (h);
-  if (nbd_aio_is_dead (h) || nbd_aio_is_closed (h))
-    connection_lost (nb);
-  else
-    update_watcher (nb);
+  check_lost (nb);
+  update_watcher (nb);
 }
 
 static void
 wake_cb (struct ev_loop *loop, ev_async *w, int revents)
 {
+  check_lost (w->data);
   update_watcher (w->data);
 }
 
@@ -613,7 +634,7 @@ dial (struct nbd_backend *nb, bool quiet)
   return h;
 fail:
   if (!quiet)
-    log_error ("%s: %s", nb->uri, nbd_get_error ());
+    log_error ("nbd=%s: cannot connect: %s", nb->uri, nbd_get_error ());
   nbd_close (h);
   return NULL;
 }
@@ -641,6 +662,7 @@ retry_cb (struct ev_loop *loop, ev_timer *w, int revents)
   nb->h = h;
   nb->connected = true;
   pthread_mutex_unlock (&nb->lock);
+  nb->lost = false;
   nbd_close (old);
   log_error ("%s: reconnected", nb->uri);
   update_watcher (nb);
