@@ -885,6 +885,34 @@ test_error_ack_dispatched (void)
           MODE);
 }
 
+/* ack=dispatched: a lone writer is a process asleep on its page; its
+ * write must not sit out a long unplug-delay when nothing follows it.
+ */
+static void
+test_lone_dispatched_writer (void)
+{
+  struct queue_config cfg = test_config (60000 * MS, 1000);
+  struct session *a = NULL;
+  struct test_rig r;
+  uint64_t start, took = 0;
+  bool ok;
+
+  cfg.ack = ACK_DISPATCHED;
+  ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
+  ok = ok && CHECK ((a = session_new ()) != NULL);
+  if (ok) {
+    start = monotonic_ns ();
+    ok = CHECK (test_write_fill (r.d[0].q, a, 'w', 4 * KiB, 0, 0) == 0);
+    took = monotonic_ns () - start;
+    ok = ok && CHECK (took < 5000 * MS);
+    ok = ok && CHECK (test_backend_holds (r.d[0].tb, 'w', 4 * KiB, 0));
+  }
+  test_rig_stop (&r);
+  session_free (a);
+  tap_ok (ok, "ack=dispatched: a lone write is answered in %" PRIu64
+          " ms with unplug-delay=60s%s", took / MS, MODE);
+}
+
 /* FUA reports a latched error, like FLUSH. */
 static void
 test_error_fua (void)
@@ -1334,6 +1362,7 @@ static void (*const every_mode[]) (void) = {
   test_error_latching,
   test_error_unseen_reaches_new_session,
   test_error_ack_dispatched,
+  test_lone_dispatched_writer,
   test_error_fua,
   test_flush_failure,
   test_slow_disk_isolation,
