@@ -212,14 +212,34 @@ timer_fired (void *arg)
   pthread_mutex_unlock (&q->lock);
 }
 
+/* A writer waiting for its own dispatch (ack=dispatched) is the kernel's
+ * process sleeping on its page: once no more requests follow it, nothing
+ * is gained by holding the plug.  So such a write pulls the unplug in to
+ * this long after the last arrival (never later than unplug-delay after
+ * the plug): a stream still merges, a lone writer waits only this.
+ */
+#define WAITER_IDLE_NS (200 * UINT64_C (1000))
+
+static void
+anticipate_idle (struct queue *q)
+{
+  uint64_t now = monotonic_ns ();
+  uint64_t idle_deadline = now + WAITER_IDLE_NS;
+
+  if (idle_deadline < q->plug_deadline_ns)
+    unplug_timer_arm (&q->timer, WAITER_IDLE_NS);
+}
+
 /* After a piece joined the queue: plug an idle queue, unplug on a
  * threshold or a sync trigger.
  */
 static void
-after_insert (struct queue *q, unsigned flags)
+after_insert (struct queue *q, unsigned flags, bool waiter)
 {
   if (!q->plugged && !q->running)
     plug (q);
+  if (waiter && q->plugged && !(flags & REQ_FUA))
+    anticipate_idle (q);
   if (flags & REQ_FUA)
     unplug_locked (q, UNPLUG_SYNC);
   else if (q->plugged && (q->nr_queued >= q->cfg.unplug_thresh
@@ -548,7 +568,7 @@ submit (struct queue *q, struct session *s, struct piece *p, unsigned flags)
   if (flags & REQ_FUA)
     q->stats.fua_requests++;
   queue_link (q, p, NULL);
-  after_insert (q, flags);
+  after_insert (q, flags, wait);
 
   if (flags & REQ_FUA)
     err = flush_wait_locked (q, s, flush_start_locked (q));

@@ -86,8 +86,14 @@ timer_service_new (void)
 
   if (ts == NULL)
     return NULL;
-  /* No signal mask games and no SIGCHLD handler inside nbdkit. */
-  ts->loop = ev_loop_new (EVFLAG_AUTO | EVFLAG_NOSIGMASK);
+  /* No signal mask games and no SIGCHLD handler inside nbdkit.  The
+   * select backend, because epoll and poll sleep in whole milliseconds
+   * and an unplug deadline is often shorter; the loop watches one
+   * descriptor (libev's async wake-up), so select costs nothing here.
+   */
+  ts->loop = ev_loop_new (EVBACKEND_SELECT | EVFLAG_NOSIGMASK);
+  if (ts->loop == NULL)
+    ts->loop = ev_loop_new (EVFLAG_AUTO | EVFLAG_NOSIGMASK);
   if (ts->loop == NULL) {
     log_error ("cannot create the libev loop for unplug timers");
     free (ts);
