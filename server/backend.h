@@ -11,6 +11,7 @@
 #ifndef PLUGQ_BACKEND_H
 #define PLUGQ_BACKEND_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -92,6 +93,17 @@ struct backend *backend_memory_new (uint64_t size);
  * connection with backoff starting there.
  */
 struct backend *backend_nbd_open (const char *uri, uint64_t reconnect_ns);
+
+/* Every backend refuses a range past its end the same way. */
+static inline bool
+backend_range_ok (const struct backend *b, uint64_t count, uint64_t offset)
+{
+  if (count > b->size || offset > b->size - count) {
+    errno = EINVAL;
+    return false;
+  }
+  return true;
+}
 
 static inline void
 backend_close (struct backend *b)

@@ -73,16 +73,6 @@ is_aligned (uint64_t v, uint32_t align)
 }
 
 static bool
-range_ok (const struct backend *b, uint64_t count, uint64_t offset)
-{
-  if (count > b->size || offset > b->size - count) {
-    errno = EINVAL;
-    return false;
-  }
-  return true;
-}
-
-static bool
 writable (const struct file_backend *f)
 {
   if (f->readonly) {
@@ -140,7 +130,7 @@ file_pread (struct backend *b, void *buf, size_t count, uint64_t offset)
   struct file_backend *f = to_file (b);
   int r;
 
-  if (!range_ok (b, count, offset))
+  if (!backend_range_ok (b, count, offset))
     return -1;
   if (f->direct)
     r = direct_pread (f, buf, count, offset);
@@ -227,7 +217,7 @@ file_pwritev (struct backend *b, const struct iovec *iov, int iovcnt,
 
   for (i = 0; i < iovcnt; i++)
     total += iov[i].iov_len;
-  if (!writable (f) || !range_ok (b, total, offset))
+  if (!writable (f) || !backend_range_ok (b, total, offset))
     return -1;
   if (total == 0)
     return 0;
@@ -332,7 +322,7 @@ file_zero (struct backend *b, uint64_t count, uint64_t offset, bool may_trim)
   struct file_backend *f = to_file (b);
   int r = 1;
 
-  if (!writable (f) || !range_ok (b, count, offset))
+  if (!writable (f) || !backend_range_ok (b, count, offset))
     return -1;
   if (count == 0)
     return 0;
@@ -378,7 +368,7 @@ file_trim (struct backend *b, uint64_t count, uint64_t offset)
   struct file_backend *f = to_file (b);
   int r;
 
-  if (!writable (f) || !range_ok (b, count, offset))
+  if (!writable (f) || !backend_range_ok (b, count, offset))
     return -1;
   if (count == 0)
     return 0;

@@ -57,16 +57,6 @@ to_mem (struct backend *b)
 }
 
 static bool
-range_ok (const struct backend *b, uint64_t count, uint64_t offset)
-{
-  if (count > b->size || offset > b->size - count) {
-    errno = EINVAL;
-    return false;
-  }
-  return true;
-}
-
-static bool
 is_zero (const unsigned char *p, size_t len)
 {
   return len == 0 || (p[0] == 0 && memcmp (p, p + 1, len - 1) == 0);
@@ -183,7 +173,7 @@ mem_pread (struct backend *b, void *buf, size_t count, uint64_t offset)
   struct memory_backend *m = to_mem (b);
   unsigned char *out = buf;
 
-  if (!range_ok (b, count, offset))
+  if (!backend_range_ok (b, count, offset))
     return -1;
 
   pthread_rwlock_rdlock (&m->lock);
@@ -238,7 +228,7 @@ mem_pwritev (struct backend *b, const struct iovec *iov, int iovcnt,
 
   for (i = 0; i < iovcnt; i++)
     total += iov[i].iov_len;
-  if (!range_ok (b, total, offset))
+  if (!backend_range_ok (b, total, offset))
     return -1;
 
   /* The whole vector goes in under one lock hold, so a reader sees either
@@ -290,7 +280,7 @@ mem_zero (struct backend *b, uint64_t count, uint64_t offset, bool may_trim)
   uint64_t end = offset + count;
   size_t pos;
 
-  if (!range_ok (b, count, offset))
+  if (!backend_range_ok (b, count, offset))
     return -1;
   if (count == 0)
     return 0;
