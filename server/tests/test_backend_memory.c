@@ -19,6 +19,7 @@
 
 #include "backend.h"
 #include "extents.h"
+#include "backend_checks.h"
 #include "tap.h"
 
 #define KiB ((uint64_t) 1024)
@@ -27,77 +28,6 @@
 #define TiB (GiB * 1024)
 #define PG (64 * KiB)
 #define HZ (EXTENT_HOLE | EXTENT_ZERO)
-
-static int
-write_buf (struct backend *b, const void *buf, size_t len, uint64_t offset)
-{
-  struct iovec iov = { .iov_base = (void *) buf, .iov_len = len };
-
-  return b->ops->pwritev (b, &iov, 1, offset);
-}
-
-static int
-fill (struct backend *b, int c, size_t len, uint64_t offset)
-{
-  char *buf = malloc (len);
-  int r;
-
-  if (buf == NULL)
-    return -1;
-  memset (buf, c, len);
-  r = write_buf (b, buf, len, offset);
-  free (buf);
-  return r;
-}
-
-/* The bytes at offset read back as c. */
-static bool
-reads_as (struct backend *b, int c, size_t len, uint64_t offset)
-{
-  unsigned char *buf = malloc (len);
-  bool ok = true;
-  size_t i;
-
-  if (buf == NULL || b->ops->pread (b, buf, len, offset) == -1) {
-    free (buf);
-    return CHECK (false);
-  }
-  for (i = 0; i < len; i++)
-    if (buf[i] != (unsigned char) c) {
-      printf ("# byte %" PRIu64 " is %#x, expected %#x\n",
-              offset + i, buf[i], (unsigned char) c);
-      ok = false;
-      break;
-    }
-  free (buf);
-  return ok;
-}
-
-static bool
-extents_are (struct backend *b, uint64_t count, uint64_t offset,
-             const struct extent *want, size_t n)
-{
-  struct extent_list l;
-  bool ok = true;
-  size_t i;
-
-  extent_list_init (&l);
-  if (!CHECK (b->ops->extents (b, count, offset, &l) == 0))
-    ok = false;
-  else if (!CHECK (l.len == n))
-    ok = false;
-  else
-    for (i = 0; i < n; i++)
-      if (l.v[i].offset != want[i].offset || l.v[i].length != want[i].length
-          || l.v[i].type != want[i].type)
-        ok = false;
-  if (!ok)
-    for (i = 0; i < l.len; i++)
-      printf ("#   got %" PRIu64 "+%" PRIu64 " type %" PRIu32 "\n",
-              l.v[i].offset, l.v[i].length, l.v[i].type);
-  extent_list_free (&l);
-  return ok;
-}
 
 static uint64_t
 rss_bytes (void)
