@@ -1,0 +1,2180 @@
+/* plugq tests: the disk model, the op generator and the harness.
+ *
+ * See model.h for what is checked.  Everything here is deterministic
+ * given its byte source except the queue's own timing (timer and
+ * dispatch thread), which is exactly what the checks must not depend on:
+ * every check holds whatever the queue decided to dispatch meanwhile.
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "elevator.h"
+#include "extents.h"
+#include "model.h"
+#include "queue.h"
+#include "stats.h"
+#include "timer_service.h"
+
+#define KiB (UINT64_C (1024))
+#define MiB (KiB * 1024)
+#define US (UINT64_C (1000))
+#define MS (US * 1000)
+#define SEC (MS * 1000)
+
+/* Reads and writes stay this small so a run keeps many requests queued;
+ * zero, trim and extents may span the whole region.
+ */
+#define MAX_IO (256 * KiB)
+
+/* A full landed check every this many ops catches durable data that a
+ * late write-out changed, even between flushes.
+ */
+#define LANDED_CHECK_EVERY 16
+
+_Atomic uint64_t harness_progress;
+
+static uint64_t
+mix64 (uint64_t x)
+{
+  x ^= x >> 30;
+  x *= UINT64_C (0xbf58476d1ce4e5b9);
+  x ^= x >> 27;
+  x *= UINT64_C (0x94d049bb133111eb);
+  x ^= x >> 31;
+  return x;
+}
+
+static uint64_t
+min64 (uint64_t a, uint64_t b)
+{
+  return a < b ? a : b;
+}
+
+static void
+sleep_us (uint64_t us)
+{
+  struct timespec ts = {
+    .tv_sec = us / 1000000, .tv_nsec = (us % 1000000) * 1000
+  };
+
+  while (nanosleep (&ts, &ts) == -1 && errno == EINTR)
+    ;
+}
+
+/* ------------------------------------------------------------ ops */
+
+static const char *const op_names[MOP_KINDS] = {
+  [MOP_READ] = "read", [MOP_WRITE] = "write", [MOP_ZERO] = "zero",
+  [MOP_TRIM] = "trim", [MOP_FLUSH] = "flush", [MOP_EXTENTS] = "extents",
+  [MOP_CACHE] = "cache", [MOP_SLEEP] = "sleep",
+};
+
+void
+model_op_format (const struct model_op *op, char *buf, size_t len)
+{
+  switch (op->kind) {
+  case MOP_FLUSH:
+    snprintf (buf, len, "#%" PRIu32 " flush", op->tag);
+    return;
+  case MOP_SLEEP:
+    snprintf (buf, len, "#%" PRIu32 " sleep %" PRIu64 "us", op->tag,
+              op->count);
+    return;
+  default:
+    snprintf (buf, len, "#%" PRIu32 " %s 0x%" PRIx64 "+%" PRIu64
+              " (to 0x%" PRIx64 ")%s%s%s",
+              op->tag, op_names[op->kind], op->offset, op->count,
+              op->offset + op->count,
+              op->flags & REQ_FUA ? " fua" : "",
+              op->flags & REQ_MAY_TRIM ? " may_trim" : "",
+              op->flags & REQ_FAST_ZERO ? " fast_zero" : "");
+  }
+}
+
+/* The pattern of the aligned 8 bytes holding pos, as it sits in memory.
+ * A zero byte becomes 0x5a: written data never reads as zero.
+ */
+static uint64_t
+pattern_word (uint32_t tag, uint64_t pos)
+{
+  uint64_t word = mix64 (((uint64_t) tag << 32) ^ (pos >> 3));
+  uint64_t out = 0;
+
+  for (unsigned b = 0; b < 64; b += 8) {
+    uint64_t x = (word >> b) & 0xff;
+
+    out |= (x ? x : 0x5a) << b;
+  }
+  return out;
+}
+
+static void
+pattern_fill (uint8_t *buf, uint32_t tag, uint64_t offset, uint64_t count)
+{
+  uint64_t i = 0;
+
+  while (i < count) {
+    uint64_t pos = offset + i;
+    unsigned first = pos & 7;
+    uint64_t n = min64 (8 - first, count - i);
+    uint64_t w = pattern_word (tag, pos);
+
+    memcpy (&buf[i], (const uint8_t *) &w + first, n);
+    i += n;
+  }
+}
+
+uint8_t
+model_pattern (uint32_t tag, uint64_t pos)
+{
+  uint8_t b;
+
+  pattern_fill (&b, tag, pos, 1);
+  return b;
+}
+
+/* ------------------------------------------------------------ model */
+
+int
+model_init (struct model *m, uint64_t base, uint64_t size)
+{
+  m->base = base;
+  m->size = size;
+  m->data = calloc (size, 1);
+  m->landed = calloc (size, 1);
+  m->state = malloc (size);
+  if (!m->data || !m->landed || !m->state) {
+    model_free (m);
+    return -1;
+  }
+  /* A new memory disk reads as zeroes, for good. */
+  memset (m->state, MODEL_LANDED | MODEL_DURABLE, size);
+  return 0;
+}
+
+void
+model_free (struct model *m)
+{
+  free (m->data);
+  free (m->landed);
+  free (m->state);
+  m->data = m->landed = m->state = NULL;
+}
+
+void
+model_write (struct model *m, uint64_t offset, uint64_t count,
+             const uint8_t *data)
+{
+  uint64_t j = offset - m->base;
+
+  memcpy (&m->data[j], data, count);
+  memset (&m->state[j], 0, count);
+}
+
+void
+model_zero (struct model *m, uint64_t offset, uint64_t count)
+{
+  uint64_t j = offset - m->base;
+
+  memset (&m->data[j], 0, count);
+  memset (&m->state[j], 0, count);
+}
+
+/* A trimmed byte keeps data 0, so "reads as zero or don't care" is
+ * simply data == 0 (model_first_nonzero).
+ */
+void
+model_trim (struct model *m, uint64_t offset, uint64_t count)
+{
+  uint64_t j = offset - m->base;
+
+  memset (&m->data[j], 0, count);
+  memset (&m->state[j], MODEL_DONTCARE, count);
+}
+
+#define BYTES_OF(b) (UINT64_C (0x0101010101010101) * (b))
+
+void
+model_landed (struct model *m, uint64_t offset, uint64_t count,
+              bool durable)
+{
+  uint64_t j = offset - m->base;
+  uint8_t *state = &m->state[j];
+  uint64_t set = durable ? MODEL_LANDED | MODEL_DURABLE : MODEL_LANDED;
+  uint64_t i = 0;
+
+  /* landed[] only matters where LANDED is set: copy it all. */
+  memcpy (&m->landed[j], &m->data[j], count);
+  /* A trimmed byte may be anything on the backend too: DONTCARE stays
+   * alone, every other byte gets `set`.  Eight at a time.
+   */
+  for (; i + 8 <= count; i += 8) {
+    uint64_t w, dc;
+
+    memcpy (&w, &state[i], 8);
+    dc = w & BYTES_OF (MODEL_DONTCARE);
+    w = dc | (dc ^ BYTES_OF (MODEL_DONTCARE)) * set;
+    memcpy (&state[i], &w, 8);
+  }
+  for (; i < count; i++)
+    state[i] = state[i] & MODEL_DONTCARE ? MODEL_DONTCARE : set;
+}
+
+int64_t
+model_first_undurable (const struct model *m, const uint8_t *dirty,
+                       uint64_t offset, uint64_t count)
+{
+  const uint8_t *state = &m->state[offset - m->base];
+  const uint8_t *first = memchr (dirty, 1, count);
+  uint64_t i;
+
+  /* Right after a flush nothing is dirty at all. */
+  if (first == NULL)
+    return -1;
+  i = first - dirty;
+  /* dirty[] bytes are 0 or 1: line them up with the DURABLE bits. */
+  for (; i + 8 <= count; i += 8) {
+    uint64_t d, st;
+
+    memcpy (&d, &dirty[i], 8);
+    memcpy (&st, &state[i], 8);
+    if (d * MODEL_DURABLE & st)
+      break;
+  }
+  for (; i < count; i++)
+    if (dirty[i] && (state[i] & MODEL_DURABLE))
+      return offset + i;
+  return -1;
+}
+
+/* Where buf and want first differ at a byte that counts, or count. */
+static uint64_t
+first_difference (const uint8_t *buf, const uint8_t *want,
+                  const uint8_t *state, uint64_t count, bool landed)
+{
+  for (uint64_t i = 0; i < count; i++) {
+    /* Skip whole words that match, or where no byte counts. */
+    if ((i & 7) == 0 && count - i >= 8) {
+      uint64_t st;
+
+      memcpy (&st, &state[i], 8);
+      if (memcmp (&buf[i], &want[i], 8) == 0
+          || (landed && (st & BYTES_OF (MODEL_LANDED)) == 0)
+          || (!landed && st == BYTES_OF (MODEL_DONTCARE))) {
+        i += 7;
+        continue;
+      }
+    }
+    if (buf[i] != want[i]
+        && (landed ? (state[i] & MODEL_LANDED)
+            : !(state[i] & MODEL_DONTCARE)))
+      return i;
+  }
+  return count;
+}
+
+bool
+model_compare (const struct model *m, const uint8_t *buf, uint64_t offset,
+               uint64_t count, bool landed, struct model_mismatch *mm)
+{
+  uint64_t j = offset - m->base;
+  const uint8_t *want = (landed ? m->landed : m->data) + j;
+  uint64_t i;
+
+  if (memcmp (buf, want, count) == 0)
+    return true;
+  i = first_difference (buf, want, m->state + j, count, landed);
+  if (i == count)
+    return true;
+  mm->offset = offset + i;
+  mm->expected = want[i];
+  mm->got = buf[i];
+  mm->length = 0;
+  while (i < count && buf[i] != want[i]) {
+    mm->length++;
+    i++;
+  }
+  return false;
+}
+
+void
+model_pin_zero (struct model *m, uint64_t offset, uint64_t count)
+{
+  uint8_t *state = &m->state[offset - m->base];
+
+  /* data[] of a trimmed byte is already 0. */
+  for (uint64_t i = 0; i < count; i++)
+    state[i] &= ~MODEL_DONTCARE;
+}
+
+int64_t
+model_first_nonzero (const struct model *m, uint64_t offset, uint64_t count)
+{
+  const uint8_t *d = m->data + (offset - m->base);
+  static const uint8_t zeroes[4096];
+
+  for (uint64_t i = 0; i < count; i += sizeof zeroes) {
+    uint64_t n = min64 (count - i, sizeof zeroes);
+
+    if (memcmp (d + i, zeroes, n) != 0)
+      for (uint64_t k = i; k < i + n; k++)
+        if (d[k])
+          return offset + k;
+  }
+  return -1;
+}
+
+/* ------------------------------------------------------------ byte source */
+
+void
+byte_source_buffer (struct byte_source *s, const void *data, size_t len)
+{
+  *s = (struct byte_source) { .data = data, .len = len };
+}
+
+void
+byte_source_seed (struct byte_source *s, uint64_t seed)
+{
+  *s = (struct byte_source) { .rng = mix64 (seed + 1) };
+}
+
+uint8_t
+byte_source_u8 (struct byte_source *s)
+{
+  if (s->data == NULL) {
+    s->rng += UINT64_C (0x9e3779b97f4a7c15);
+    return mix64 (s->rng) & 0xff;
+  }
+  if (s->pos < s->len)
+    return s->data[s->pos++];
+  s->exhausted = true;
+  return 0;
+}
+
+uint32_t
+byte_source_u32 (struct byte_source *s)
+{
+  uint32_t v = 0;
+
+  for (int i = 0; i < 4; i++)
+    v = (v << 8) | byte_source_u8 (s);
+  return v;
+}
+
+uint64_t
+byte_source_below (struct byte_source *s, uint64_t n)
+{
+  return byte_source_u32 (s) % n;
+}
+
+/* ------------------------------------------------------------ generator */
+
+void
+op_generator_init (struct op_generator *g, uint64_t lo, uint64_t hi,
+                   uint64_t max_io, uint32_t align, uint32_t first_tag)
+{
+  *g = (struct op_generator) {
+    .lo = lo, .hi = hi, .max_io = max_io, .align = align ? align : 1,
+    .next_tag = first_tag, .max_sleep_us = 4000,
+  };
+}
+
+/* Op kinds by the first byte of each op: writes most, then reads, so
+ * queues fill up; a FLUSH about every 16 ops, so they also drain.
+ */
+static const struct {
+  uint8_t below;
+  enum model_op_kind kind;
+  unsigned flags;
+} kind_table[] = {
+  { 88, MOP_WRITE, 0 },
+  { 136, MOP_READ, 0 },
+  { 166, MOP_ZERO, 0 },
+  { 194, MOP_TRIM, 0 },
+  { 214, MOP_EXTENTS, 0 },
+  { 230, MOP_FLUSH, 0 },
+  { 240, MOP_CACHE, 0 },
+  { 244, MOP_SLEEP, 0 },        /* rare: it only costs wall time */
+  { 255, MOP_WRITE, REQ_FUA },  /* FUA writes deserve more than 1 in 8 */
+};
+
+static enum model_op_kind
+choose_kind (uint8_t b, unsigned *flags)
+{
+  size_t i = 0;
+
+  while (i + 1 < sizeof kind_table / sizeof kind_table[0]
+         && b >= kind_table[i].below)
+    i++;
+  *flags = kind_table[i].flags;
+  return kind_table[i].kind;
+}
+
+static unsigned
+choose_flags (enum model_op_kind kind, uint8_t b)
+{
+  unsigned flags = 0;
+
+  if (kind != MOP_WRITE && kind != MOP_ZERO && kind != MOP_TRIM)
+    return 0;
+  if ((b & 7) == 0)
+    flags |= REQ_FUA;
+  if (kind == MOP_ZERO && (b & 8))
+    flags |= REQ_MAY_TRIM;
+  if (kind == MOP_ZERO && (b & 0x70) == 0)
+    flags |= REQ_FAST_ZERO;
+  return flags;
+}
+
+static const struct gen_range *
+gen_prev (const struct op_generator *g)
+{
+  return g->nr_recent ? &g->recent[g->newest] : NULL;
+}
+
+static uint64_t
+choose_length (struct op_generator *g, struct byte_source *src,
+               enum model_op_kind kind)
+{
+  uint64_t span = g->hi - g->lo;
+  bool bulk = kind == MOP_ZERO || kind == MOP_TRIM || kind == MOP_EXTENTS
+    || kind == MOP_CACHE;
+  uint64_t cap = bulk ? span : min64 (span, g->max_io);
+  uint8_t mode = byte_source_u8 (src) & 7;
+  uint32_t r = byte_source_u32 (src);
+  uint64_t len;
+
+  switch (mode) {
+  case 0: len = 1 + r % 16; break;
+  case 1: len = 512 * (1 + r % 8); break;
+  case 2: len = 4 * KiB * (1 + r % 16); break;
+  case 3: len = 4 * KiB * (1 + r % 64); break;
+  case 4: len = 1 + r % min64 (cap, MAX_IO); break;
+  case 5: len = gen_prev (g) ? gen_prev (g)->count : 4 * KiB; break;
+  case 6: len = 1 + r % (4 * KiB); break;
+  default: len = bulk ? 1 + r % span : 64 * KiB; break;
+  }
+  return len < cap ? len : cap;
+}
+
+static uint64_t
+choose_offset (struct op_generator *g, struct byte_source *src, uint64_t len)
+{
+  const struct gen_range *prev = gen_prev (g);
+  uint8_t mode = byte_source_u8 (src);
+  uint8_t align_mode = mode >> 3;
+  uint32_t r = byte_source_u32 (src);
+  uint64_t room = g->hi - g->lo - len;   /* len <= the region */
+  uint64_t off;
+  bool align = false;
+
+  if (prev == NULL)
+    mode = 0;
+  switch (mode & 7) {
+  case 0:                       /* anywhere */
+    off = g->lo + r % (room + 1);
+    align = true;
+    break;
+  case 1:                       /* right after the previous op */
+    off = prev->offset + prev->count;
+    break;
+  case 2:                       /* right before it */
+    off = prev->offset >= g->lo + len ? prev->offset - len : g->lo;
+    break;
+  case 3:                       /* starting inside it */
+    off = prev->offset + r % prev->count;
+    break;
+  case 4:                       /* the last bytes of the region */
+    off = g->hi - len;
+    break;
+  case 5: {                     /* overlapping a recent op */
+    const struct gen_range *o = &g->recent[r % g->nr_recent];
+    uint64_t from = o->offset > g->lo + len - 1 ? o->offset - (len - 1)
+      : g->lo;
+    off = from + byte_source_u32 (src) % (o->offset + o->count - from);
+    align = (r & 0x100) != 0;
+    break;
+  }
+  case 6:                       /* the same start as the previous op */
+    off = prev->offset;
+    break;
+  default:                      /* near the start */
+    off = g->lo + r % (8 * KiB);
+    align = true;
+  }
+  if (align && align_mode % 4 == 0)
+    off &= ~(uint64_t) (4 * KiB - 1);
+  else if (align && align_mode % 4 == 1)
+    off &= ~(uint64_t) 511;
+  if (off < g->lo)
+    off = g->lo;
+  if (off > g->hi - len)
+    off = g->hi - len;
+  return off;
+}
+
+/* Most requests respect the backend's minimum block size; a few do not,
+ * and the queue must refuse those without touching anything.
+ */
+static void
+apply_alignment (struct op_generator *g, uint8_t b, struct model_op *op)
+{
+  uint64_t a = g->align;
+
+  if (a <= 1 || b % 8 == 0)
+    return;
+  op->offset &= ~(a - 1);
+  op->count = (op->count + a - 1) & ~(a - 1);
+  if (op->count > g->hi - g->lo)
+    op->count = (g->hi - g->lo) & ~(a - 1);
+  if (op->offset + op->count > g->hi)
+    op->offset = (g->hi - op->count) & ~(a - 1);
+}
+
+static void
+remember (struct op_generator *g, const struct model_op *op)
+{
+  g->newest = g->nr_recent ? (g->newest + 1) % GEN_RECENT : 0;
+  g->recent[g->newest].offset = op->offset;
+  g->recent[g->newest].count = op->count;
+  if (g->nr_recent < GEN_RECENT)
+    g->nr_recent++;
+}
+
+bool
+op_generator_next (struct op_generator *g, struct byte_source *src,
+                   struct model_op *op)
+{
+  static const uint64_t sleeps[] = { 0, 50, 200, 1000, 4000 };
+  unsigned forced;
+
+  *op = (struct model_op) { .tag = g->next_tag++ };
+  op->kind = choose_kind (byte_source_u8 (src), &forced);
+  op->flags = choose_flags (op->kind, byte_source_u8 (src)) | forced;
+  switch (op->kind) {
+  case MOP_FLUSH:
+    break;
+  case MOP_SLEEP:
+    op->count = min64 (sleeps[byte_source_u8 (src) % 5], g->max_sleep_us);
+    break;
+  default:
+    op->count = choose_length (g, src, op->kind);
+    op->offset = choose_offset (g, src, op->count);
+    apply_alignment (g, byte_source_u8 (src), op);
+    /* Now and then a request that runs past the end of the disk: the
+     * queue must refuse it whole.
+     */
+    if (g->past_end_ok && byte_source_u8 (src) == 0xff)
+      op->offset = g->hi - op->count + 1 + byte_source_below (src, 4096);
+    remember (g, op);
+  }
+  return !src->exhausted;
+}
+
+/* ------------------------------------------------------------ params */
+
+static const uint32_t thresh_choices[] = { 1, 4, 16, 1000 };
+static const uint64_t delay_choices[] = { 0, 100 * US, 3 * MS, 1 * SEC };
+static const uint64_t merge_choices[] = { 4 * KiB, 64 * KiB, 1 * MiB };
+static const uint64_t qbytes_choices[] = { 64 * KiB, 256 * KiB, 64 * MiB };
+static const uint64_t expire_choices[] = { 200 * US, 10 * MS, 5 * SEC };
+
+static const unsigned async_choices[] = { 2, 4, 16 };
+
+#define PICK_INDEX(a, i) ((a)[(i) % (sizeof (a) / sizeof (a)[0])])
+#define PICK(src, a) PICK_INDEX (a, byte_source_u8 (src))
+
+static void
+choose_params (struct harness_params *p, struct byte_source *src,
+               const struct elevator_ops *elevator, enum ack_mode ack,
+               uint64_t disk_base)
+{
+  struct queue_config *c = &p->config;
+  uint8_t b;
+
+  *p = (struct harness_params) { .lanes = 1 };
+  queue_config_defaults (c);
+  c->elevator = elevator;
+  c->ack = ack;
+  /* One run in eight keeps the shipped defaults. */
+  if (byte_source_u8 (src) % 8 != 0) {
+    c->unplug_thresh = PICK (src, thresh_choices);
+    c->unplug_delay_ns = PICK (src, delay_choices);
+    c->max_merge = PICK (src, merge_choices);
+    c->queue_bytes = PICK (src, qbytes_choices);
+    c->write_expire_ns = PICK (src, expire_choices);
+  }
+  /* ack=dispatched answers a write only once it is written, so a lone
+   * writer behind a long plug waits out the whole delay on every write.
+   */
+  if (ack == ACK_DISPATCHED && c->unplug_thresh > 1
+      && c->unplug_delay_ns > 100 * US)
+    c->unplug_delay_ns = byte_source_u8 (src) & 1 ? 100 * US : 0;
+
+  b = byte_source_u8 (src);
+  p->backend.trim = b % 4 == 2 ? TRIM_NOOP : b % 4 == 3 ? TRIM_SCRIBBLE
+    : TRIM_PASS;
+  p->backend.no_fast_zero = (b & 0x0c) == 0;
+  p->backend.max_write = (b & 0x30) == 0 ? 64 * KiB : 0;
+  p->backend.max_iov = (b & 0xc0) == 0 ? 4 : 0;
+  b = byte_source_u8 (src);
+  p->backend.minimum = b % 8 == 0 ? 512 : 0;
+  switch ((b >> 3) % 4) {
+  case 0: p->disk_size = disk_base - 512; break;
+  case 1: p->disk_size = disk_base + 1234; break;   /* a ragged end */
+  default: p->disk_size = disk_base;
+  }
+  if (p->backend.minimum)
+    p->disk_size &= ~(uint64_t) (p->backend.minimum - 1);
+  /* One run in four on a backend with its own threads, like nbd. */
+  b = byte_source_u8 (src);
+  if (b % 4 == 0)
+    p->backend.async = PICK_INDEX (async_choices, b >> 2);
+}
+
+void
+harness_params_choose (struct harness_params *p, struct byte_source *src,
+                       const struct elevator_ops *elevator, enum ack_mode ack)
+{
+  choose_params (p, src, elevator, ack, 1 * MiB);
+}
+
+void
+harness_params_choose_all (struct harness_params *p, struct byte_source *src)
+{
+  uint8_t b = byte_source_u8 (src);
+
+  /* A small disk: more overlaps per op, and more execs per second. */
+  choose_params (p, src, b & 1 ? &elevator_noop : &elevator_deadline,
+                 b & 2 ? ACK_DISPATCHED : ACK_QUEUED, 64 * KiB);
+}
+
+static const char *
+human (uint64_t v, char *buf, size_t len, const char *const units[],
+       const uint64_t scale[], size_t n)
+{
+  for (size_t i = n; i-- > 0;)
+    if (v >= scale[i] && v % scale[i] == 0) {
+      snprintf (buf, len, "%" PRIu64 "%s", v / scale[i], units[i]);
+      return buf;
+    }
+  snprintf (buf, len, "%" PRIu64 "%s", v, units[0]);
+  return buf;
+}
+
+static const char *
+human_bytes (uint64_t v, char *buf, size_t len)
+{
+  static const char *const u[] = { "", "K", "M" };
+  static const uint64_t s[] = { 1, KiB, MiB };
+
+  return human (v, buf, len, u, s, 3);
+}
+
+static const char *
+human_ns (uint64_t v, char *buf, size_t len)
+{
+  static const char *const u[] = { "ns", "us", "ms", "s" };
+  static const uint64_t s[] = { 1, US, MS, SEC };
+
+  return human (v, buf, len, u, s, 4);
+}
+
+void
+harness_params_format (const struct harness_params *p, char *buf,
+                       size_t len)
+{
+  static const char *const trims[] = { "pass", "noop", "scribble" };
+  const struct queue_config *c = &p->config;
+  char b[6][32];
+
+  snprintf (buf, len,
+            "%s ack=%s thresh=%" PRIu32 " delay=%s max-merge=%s"
+            " queue-bytes=%s expire=%s disk=%" PRIu64 " lanes=%u"
+            " trim=%s fast-zero=%s max-write=%s max-iov=%d minimum=%" PRIu32
+            " async=%u",
+            c->elevator->name,
+            c->ack == ACK_QUEUED ? "queued" : "dispatched",
+            c->unplug_thresh,
+            human_ns (c->unplug_delay_ns, b[0], sizeof b[0]),
+            human_bytes (c->max_merge, b[1], sizeof b[1]),
+            human_bytes (c->queue_bytes, b[2], sizeof b[2]),
+            human_ns (c->write_expire_ns, b[3], sizeof b[3]),
+            p->disk_size, p->lanes, trims[p->backend.trim],
+            p->backend.no_fast_zero ? "no" : "yes",
+            p->backend.max_write
+            ? human_bytes (p->backend.max_write, b[4], sizeof b[4]) : "own",
+            p->backend.max_iov, p->backend.minimum, p->backend.async);
+}
+
+/* ------------------------------------------------------------ harness */
+
+const char *const harness_fault_names[FAULT_KINDS] = {
+  [FAULT_NONE] = "none", [FAULT_SETUP] = "setup",
+  [FAULT_RESULT] = "result", [FAULT_READ] = "read",
+  [FAULT_EXTENTS] = "extents", [FAULT_FLUSH] = "flush",
+  [FAULT_FUA] = "fua", [FAULT_ACKED] = "acked",
+  [FAULT_LANDED] = "landed", [FAULT_BACKEND] = "backend",
+  [FAULT_DRAIN] = "drain", [FAULT_STATS] = "stats",
+};
+
+struct lane_counts {
+  uint64_t reads_ok, reads;
+  uint64_t writes_ok, writes, write_bytes;
+  uint64_t zeros_ok, zeros;
+  uint64_t trims_ok, trims;
+  uint64_t flushes, fua;
+  uint64_t flush_ns_max;        /* slowest FLUSH answer */
+};
+
+struct lane {
+  uint64_t lo, hi;
+  struct session *session;
+  struct model model;
+  struct model_op *log;         /* every op applied, in order */
+  size_t nr_ops, cap;
+  uint8_t *buf;                 /* MAX_IO bytes of scratch */
+  uint8_t *dirty;               /* and MAX_IO more for the dirty map */
+  struct lane_counts n;
+};
+
+struct shim;
+
+struct harness {
+  struct harness_params p;
+  struct backend *inner;        /* the memory backend, read directly */
+  struct shim *shim;            /* what the queue writes through */
+  struct timer_service *ts;
+  struct queue *q;
+  unsigned nr_lanes;
+  struct lane lane[HARNESS_MAX_LANES];
+  bool finished;
+
+  pthread_mutex_t lock;         /* the fault record and verbose output */
+  _Atomic bool failed;
+  enum harness_fault fault;
+  unsigned fault_lane;
+  size_t fault_op;
+  char why[1536];
+};
+
+/* Records the first failure; later ones are consequences. */
+__attribute__ ((format (printf, 5, 6)))
+static bool
+fail (struct harness *h, unsigned lane, size_t op_index,
+      enum harness_fault kind, const char *fmt, ...)
+{
+  va_list ap;
+
+  pthread_mutex_lock (&h->lock);
+  if (h->fault == FAULT_NONE) {
+    h->fault = kind;
+    h->fault_lane = lane;
+    h->fault_op = op_index;
+    va_start (ap, fmt);
+    vsnprintf (h->why, sizeof h->why, fmt, ap);
+    va_end (ap);
+    atomic_store (&h->failed, true);
+  }
+  pthread_mutex_unlock (&h->lock);
+  return false;
+}
+
+/* ------------------------------------------------------------ shim backend */
+
+/* Sits between the queue and the memory backend: gives the queue the
+ * backend properties this run asks for, checks every call against the
+ * backend contract (backend.h) as it happens, and in async mode plays a
+ * backend with its own threads (like nbd) that completes operations out
+ * of order and late.
+ */
+#define SHIM_WORKERS 2
+
+struct shim_op {
+  struct backend_io *io;
+  uint64_t offset, count;
+};
+
+struct shim {
+  struct backend b;             /* first: the queue sees only this */
+  struct backend *inner;
+  struct harness *h;
+  uint64_t merge_limit;         /* largest vectored write allowed */
+  bool no_merging;              /* unplug-thresh=1 */
+  _Atomic int writers;          /* synchronous backend writes running */
+  _Atomic bool stopped;         /* queue_stop returned */
+  /* Under lock: bytes changed since the last backend flush started, so
+   * the harness can tell written from durable.
+   */
+  uint8_t *dirty;
+
+  /* Async mode: submitted operations, pending or running. */
+  pthread_mutex_t lock;
+  pthread_cond_t work;
+  struct shim_op *ops;          /* max_in_flight slots */
+  unsigned nr_ops;              /* submitted, not yet done */
+  unsigned nr_pending;          /* of which not yet picked up */
+  bool *picked;                 /* per slot */
+  bool started, quit;
+  pthread_t workers[SHIM_WORKERS];
+  uint64_t rng;
+};
+
+static struct shim *
+to_shim (struct backend *b)
+{
+  return (struct shim *) b;
+}
+
+__attribute__ ((format (printf, 2, 3)))
+static void
+shim_fault (struct shim *s, const char *fmt, ...)
+{
+  struct harness *h = s->h;
+  char msg[512];
+  va_list ap;
+
+  va_start (ap, fmt);
+  vsnprintf (msg, sizeof msg, fmt, ap);
+  va_end (ap);
+  /* Found on a queue or backend thread: blame the op lane 0 is on. */
+  fail (h, 0, h->lane[0].nr_ops ? h->lane[0].nr_ops - 1 : 0,
+        FAULT_BACKEND, "%s", msg);
+}
+
+/* Checks for every operation that changes the disk. */
+static void
+shim_check_range (struct shim *s, const char *what, uint64_t count,
+                  uint64_t offset)
+{
+  uint32_t a = s->b.limits.minimum;
+
+  if (atomic_load (&s->stopped))
+    shim_fault (s, "backend %s 0x%" PRIx64 "+%" PRIu64
+                " after queue_stop returned", what, offset, count);
+  if (count == 0 || offset > s->b.size || count > s->b.size - offset)
+    shim_fault (s, "backend %s 0x%" PRIx64 "+%" PRIu64
+                " outside the disk (size %" PRIu64 ")",
+                what, offset, count, s->b.size);
+  if (a > 1 && ((offset | count) & (a - 1)))
+    shim_fault (s, "backend %s 0x%" PRIx64 "+%" PRIu64
+                " not aligned to the minimum block size %" PRIu32,
+                what, offset, count, a);
+}
+
+static uint64_t
+iov_total (const struct iovec *iov, int iovcnt)
+{
+  uint64_t total = 0;
+
+  for (int i = 0; i < iovcnt; i++)
+    total += iov[i].iov_len;
+  return total;
+}
+
+/* A (possibly merged) write must fit the limits the backend gave. */
+static void
+shim_check_write (struct shim *s, const struct iovec *iov, int iovcnt,
+                  uint64_t offset)
+{
+  uint64_t total = iov_total (iov, iovcnt);
+
+  shim_check_range (s, "write", total, offset);
+  if (iovcnt < 1 || (s->b.max_iov > 0 && iovcnt > s->b.max_iov))
+    shim_fault (s, "write with %d vectors (max-iov %d)", iovcnt,
+                s->b.max_iov);
+  if (s->b.max_write && total > s->b.max_write)
+    shim_fault (s, "write of %" PRIu64 " bytes at 0x%" PRIx64
+                ": more than max_write %" PRIu32, total, offset,
+                s->b.max_write);
+  if (iovcnt > 1 && s->no_merging)
+    shim_fault (s, "write merged %d requests at 0x%" PRIx64
+                " with unplug-thresh=1 (no merging)", iovcnt, offset);
+  if (iovcnt > 1 && total > s->merge_limit)
+    shim_fault (s, "merged write of %" PRIu64 " bytes at 0x%" PRIx64
+                ": more than max-merge %" PRIu64, total, offset,
+                s->merge_limit);
+}
+
+/* The backend contract: writes come from one dispatch thread, one at a
+ * time, unless the backend takes asynchronous operations.
+ */
+static void
+shim_enter (struct shim *s, const char *what)
+{
+  if (atomic_fetch_add (&s->writers, 1) != 0)
+    shim_fault (s, "backend %s while another backend write is running"
+                " (one dispatch thread per disk)", what);
+}
+
+static void
+shim_leave (struct shim *s)
+{
+  atomic_fetch_sub (&s->writers, 1);
+}
+
+/* After the operation, before the queue hears of it. */
+static void
+mark_dirty (struct shim *s, uint64_t count, uint64_t offset)
+{
+  if (offset >= s->b.size)
+    return;
+  count = min64 (count, s->b.size - offset);
+  pthread_mutex_lock (&s->lock);
+  memset (&s->dirty[offset], 1, count);
+  pthread_mutex_unlock (&s->lock);
+}
+
+static void
+shim_dirty_copy (struct shim *s, uint8_t *out, uint64_t count,
+                 uint64_t offset)
+{
+  pthread_mutex_lock (&s->lock);
+  memcpy (out, &s->dirty[offset], count);
+  pthread_mutex_unlock (&s->lock);
+}
+
+/* Junk that is neither zero nor any write's pattern in general. */
+static int
+scribble (struct backend *inner, uint64_t count, uint64_t offset)
+{
+  uint8_t junk[4096];
+
+  while (count > 0) {
+    size_t n = min64 (count, sizeof junk);
+    struct iovec iov = { .iov_base = junk, .iov_len = n };
+
+    for (size_t i = 0; i < n; i++)
+      junk[i] = 0xa5 ^ ((offset + i) & 0x0f);
+    if (inner->ops->pwritev (inner, &iov, 1, offset) == -1)
+      return -1;
+    count -= n;
+    offset += n;
+  }
+  return 0;
+}
+
+static int
+do_trim (struct shim *s, uint64_t count, uint64_t offset)
+{
+  switch (s->h->p.backend.trim) {
+  case TRIM_PASS:
+    return s->inner->ops->trim (s->inner, count, offset);
+  case TRIM_NOOP:
+    return 0;
+  case TRIM_SCRIBBLE:
+    return scribble (s->inner, count, offset);
+  }
+  abort ();
+}
+
+static int
+shim_pread (struct backend *b, void *buf, size_t count, uint64_t offset)
+{
+  struct shim *s = to_shim (b);
+
+  return s->inner->ops->pread (s->inner, buf, count, offset);
+}
+
+static int
+shim_pwritev (struct backend *b, const struct iovec *iov, int iovcnt,
+              uint64_t offset)
+{
+  struct shim *s = to_shim (b);
+  int r;
+
+  shim_enter (s, "write");
+  shim_check_write (s, iov, iovcnt, offset);
+  r = s->inner->ops->pwritev (s->inner, iov, iovcnt, offset);
+  mark_dirty (s, iov_total (iov, iovcnt), offset);
+  shim_leave (s);
+  return r;
+}
+
+static int
+shim_zero (struct backend *b, uint64_t count, uint64_t offset, bool may_trim)
+{
+  struct shim *s = to_shim (b);
+  int r;
+
+  shim_enter (s, "zero");
+  shim_check_range (s, "zero", count, offset);
+  r = s->inner->ops->zero (s->inner, count, offset, may_trim);
+  mark_dirty (s, count, offset);
+  shim_leave (s);
+  return r;
+}
+
+static int
+shim_trim (struct backend *b, uint64_t count, uint64_t offset)
+{
+  struct shim *s = to_shim (b);
+  int r;
+
+  shim_enter (s, "trim");
+  shim_check_range (s, "trim", count, offset);
+  r = do_trim (s, count, offset);
+  mark_dirty (s, count, offset);
+  shim_leave (s);
+  return r;
+}
+
+static int
+shim_flush (struct backend *b)
+{
+  struct shim *s = to_shim (b);
+  int r;
+
+  shim_enter (s, "flush");
+  if (atomic_load (&s->stopped))
+    shim_fault (s, "backend flush after queue_stop returned");
+  /* What completed before this call is what the flush covers. */
+  pthread_mutex_lock (&s->lock);
+  memset (s->dirty, 0, s->b.size);
+  pthread_mutex_unlock (&s->lock);
+  r = s->inner->ops->flush (s->inner);
+  shim_leave (s);
+  return r;
+}
+
+static int
+shim_extents (struct backend *b, uint64_t count, uint64_t offset,
+              struct extent_list *list)
+{
+  struct shim *s = to_shim (b);
+
+  return s->inner->ops->extents (s->inner, count, offset, list);
+}
+
+static int
+shim_cache (struct backend *b, uint64_t count, uint64_t offset)
+{
+  struct shim *s = to_shim (b);
+
+  return s->inner->ops->cache
+    ? s->inner->ops->cache (s->inner, count, offset) : 0;
+}
+
+/* ------------------------------------------------------------ async shim */
+
+static uint64_t
+io_count (const struct backend_io *io)
+{
+  return io->kind == BACKEND_WRITE ? iov_total (io->iov, io->iovcnt)
+    : io->count;
+}
+
+static int
+run_io (struct shim *s, const struct backend_io *io)
+{
+  switch (io->kind) {
+  case BACKEND_WRITE:
+    return s->inner->ops->pwritev (s->inner, io->iov, io->iovcnt,
+                                   io->offset);
+  case BACKEND_ZERO:
+    return s->inner->ops->zero (s->inner, io->count, io->offset,
+                                io->may_trim);
+  case BACKEND_TRIM:
+    return do_trim (s, io->count, io->offset);
+  }
+  abort ();
+}
+
+/* Under s->lock: a pending operation chosen at random, so operations
+ * complete in any order.
+ */
+static unsigned
+pick_pending (struct shim *s)
+{
+  unsigned n = mix64 (++s->rng) % s->nr_pending;
+
+  for (unsigned i = 0;; i++)
+    if (s->ops[i].io && !s->picked[i] && n-- == 0)
+      return i;
+}
+
+static void *
+shim_worker (void *arg)
+{
+  struct shim *s = arg;
+
+  pthread_mutex_lock (&s->lock);
+  for (;;) {
+    struct backend_io *io;
+    unsigned slot;
+    uint64_t delay;
+    int r, err;
+
+    while (s->nr_pending == 0 && !s->quit)
+      pthread_cond_wait (&s->work, &s->lock);
+    if (s->nr_pending == 0)
+      break;
+    slot = pick_pending (s);
+    s->picked[slot] = true;
+    s->nr_pending--;
+    io = s->ops[slot].io;
+    /* Now and then an operation that takes its time. */
+    delay = mix64 (++s->rng) % 8 == 0 ? mix64 (s->rng) % 300 : 0;
+    pthread_mutex_unlock (&s->lock);
+
+    if (delay)
+      sleep_us (delay);
+    errno = 0;
+    r = run_io (s, io);
+    err = r == -1 ? (errno ? errno : EIO) : 0;
+    mark_dirty (s, io_count (io), io->offset);
+
+    /* Free the slot before done: the queue may submit again at once. */
+    pthread_mutex_lock (&s->lock);
+    s->ops[slot].io = NULL;
+    s->picked[slot] = false;
+    s->nr_ops--;
+    pthread_mutex_unlock (&s->lock);
+    io->done (io, err);
+    pthread_mutex_lock (&s->lock);
+  }
+  pthread_mutex_unlock (&s->lock);
+  return NULL;
+}
+
+static int
+shim_start (struct backend *b)
+{
+  struct shim *s = to_shim (b);
+
+  if (s->started) {
+    shim_fault (s, "backend start called twice");
+    return 0;
+  }
+  for (int i = 0; i < SHIM_WORKERS; i++)
+    if (pthread_create (&s->workers[i], NULL, shim_worker, s) != 0) {
+      errno = EAGAIN;
+      return -1;
+    }
+  s->started = true;
+  return 0;
+}
+
+/* Under s->lock: operations in flight together never overlap (queue.c
+ * promises it, and a backend may run them in any order).
+ */
+static void
+check_no_overlap (struct shim *s, uint64_t offset, uint64_t count)
+{
+  for (unsigned i = 0; i < s->b.max_in_flight; i++) {
+    const struct shim_op *o = &s->ops[i];
+
+    if (o->io && offset < o->offset + o->count && o->offset < offset + count)
+      shim_fault (s, "backend operation 0x%" PRIx64 "+%" PRIu64
+                  " submitted while 0x%" PRIx64 "+%" PRIu64
+                  " over the same bytes is in flight",
+                  offset, count, o->offset, o->count);
+  }
+}
+
+static int
+shim_submit (struct backend *b, struct backend_io *io)
+{
+  struct shim *s = to_shim (b);
+  uint64_t count = io_count (io);
+  unsigned slot;
+
+  if (io->kind == BACKEND_WRITE)
+    shim_check_write (s, io->iov, io->iovcnt, io->offset);
+  else
+    shim_check_range (s, io->kind == BACKEND_ZERO ? "zero" : "trim", count,
+                      io->offset);
+  pthread_mutex_lock (&s->lock);
+  if (!s->started)
+    shim_fault (s, "backend submit before start");
+  if (s->nr_ops >= s->b.max_in_flight) {
+    shim_fault (s, "more than max_in_flight %u operations submitted",
+                s->b.max_in_flight);
+    pthread_mutex_unlock (&s->lock);
+    errno = EBUSY;
+    return -1;
+  }
+  check_no_overlap (s, io->offset, count);
+  for (slot = 0; s->ops[slot].io; slot++)
+    ;
+  s->ops[slot] = (struct shim_op) {
+    .io = io, .offset = io->offset, .count = count
+  };
+  s->nr_ops++;
+  s->nr_pending++;
+  pthread_cond_signal (&s->work);
+  pthread_mutex_unlock (&s->lock);
+  return 0;
+}
+
+/* Operations still in flight (queue_stop must leave none). */
+static unsigned
+shim_in_flight (struct shim *s)
+{
+  unsigned n;
+
+  pthread_mutex_lock (&s->lock);
+  n = s->nr_ops;
+  pthread_mutex_unlock (&s->lock);
+  return n;
+}
+
+static void
+shim_close (struct backend *b)
+{
+  struct shim *s = to_shim (b);
+
+  if (s->started) {
+    pthread_mutex_lock (&s->lock);
+    s->quit = true;
+    pthread_cond_broadcast (&s->work);
+    pthread_mutex_unlock (&s->lock);
+    for (int i = 0; i < SHIM_WORKERS; i++)
+      pthread_join (s->workers[i], NULL);
+  }
+  backend_close (s->inner);
+  pthread_mutex_destroy (&s->lock);
+  pthread_cond_destroy (&s->work);
+  free (s->ops);
+  free (s->picked);
+  free (s->dirty);
+  free (s->b.description);
+  free (s);
+}
+
+static const struct backend_ops shim_ops = {
+  .kind = "model-shim",
+  .pread = shim_pread,
+  .pwritev = shim_pwritev,
+  .zero = shim_zero,
+  .trim = shim_trim,
+  .flush = shim_flush,
+  .extents = shim_extents,
+  .cache = shim_cache,
+  .close = shim_close,
+};
+
+/* The same, plus operations in flight on the shim's own threads. */
+static const struct backend_ops shim_async_ops = {
+  .kind = "model-shim-async",
+  .pread = shim_pread,
+  .pwritev = shim_pwritev,
+  .zero = shim_zero,
+  .trim = shim_trim,
+  .flush = shim_flush,
+  .extents = shim_extents,
+  .cache = shim_cache,
+  .close = shim_close,
+  .start = shim_start,
+  .submit = shim_submit,
+};
+
+static struct shim *
+shim_new (struct harness *h, struct backend *inner)
+{
+  const struct backend_params *bp = &h->p.backend;
+  struct shim *s = calloc (1, sizeof *s);
+
+  if (s == NULL)
+    return NULL;
+  s->b.description = strdup ("model shim");
+  s->dirty = calloc (inner->size, 1);
+  if (bp->async) {
+    s->ops = calloc (bp->async, sizeof *s->ops);
+    s->picked = calloc (bp->async, sizeof *s->picked);
+  }
+  if (s->b.description == NULL || s->dirty == NULL
+      || (bp->async && (!s->ops || !s->picked))) {
+    free (s->b.description);
+    free (s->dirty);
+    free (s->ops);
+    free (s->picked);
+    free (s);
+    return NULL;
+  }
+  pthread_mutex_init (&s->lock, NULL);
+  pthread_cond_init (&s->work, NULL);
+  s->rng = h->p.disk_size ^ h->p.config.unplug_thresh;
+  s->inner = inner;
+  s->h = h;
+  s->b.ops = bp->async ? &shim_async_ops : &shim_ops;
+  s->b.max_in_flight = bp->async;
+  s->b.size = inner->size;
+  s->b.limits = inner->limits;
+  s->b.max_write = bp->max_write ? bp->max_write : inner->max_write;
+  s->b.max_iov = bp->max_iov ? bp->max_iov : inner->max_iov;
+  s->b.can_fast_zero = inner->can_fast_zero && !bp->no_fast_zero;
+  s->b.trim_reads_zero = inner->trim_reads_zero && bp->trim == TRIM_PASS;
+  if (bp->minimum) {
+    s->b.limits.minimum = bp->minimum;
+    if (s->b.limits.preferred < bp->minimum)
+      s->b.limits.preferred = bp->minimum;
+  }
+  /* No request may be larger than one write can carry. */
+  if (s->b.max_write && s->b.limits.maximum > s->b.max_write)
+    s->b.limits.maximum = s->b.max_write;
+  s->merge_limit = min64 (h->p.config.max_merge,
+                          s->b.max_write ? s->b.max_write : UINT64_MAX);
+  s->no_merging = h->p.config.unplug_thresh <= 1;
+  return s;
+}
+
+/* ------------------------------------------------------------ setup */
+
+static int
+lane_init (struct harness *h, struct lane *l, uint64_t lo, uint64_t hi)
+{
+  l->lo = lo;
+  l->hi = hi;
+  if (model_init (&l->model, lo, hi - lo) == -1)
+    return -1;
+  l->buf = malloc (MAX_IO);
+  l->dirty = malloc (MAX_IO);
+  l->session = session_new ();
+  return l->buf && l->dirty && l->session ? 0 : -1;
+}
+
+static void
+lane_free (struct lane *l)
+{
+  model_free (&l->model);
+  session_free (l->session);
+  free (l->buf);
+  free (l->dirty);
+  free (l->log);
+}
+
+/* Lanes split the disk into adjacent regions, so requests of different
+ * lanes merge across the borders but never overlap.
+ */
+static int
+lanes_init (struct harness *h)
+{
+  uint64_t size = h->p.disk_size;
+  uint64_t share = (size / h->nr_lanes) & ~(uint64_t) (4 * KiB - 1);
+
+  for (unsigned i = 0; i < h->nr_lanes; i++) {
+    uint64_t lo = i * share;
+    uint64_t hi = i + 1 == h->nr_lanes ? size : lo + share;
+
+    if (lane_init (h, &h->lane[i], lo, hi) == -1)
+      return -1;
+  }
+  return 0;
+}
+
+static bool
+harness_start (struct harness *h)
+{
+  char cfg[512];
+
+  h->inner = backend_memory_new (h->p.disk_size);
+  if (h->inner == NULL)
+    return fail (h, 0, 0, FAULT_SETUP, "backend_memory_new: %m");
+  if ((h->shim = shim_new (h, h->inner)) == NULL) {
+    backend_close (h->inner);
+    return fail (h, 0, 0, FAULT_SETUP, "out of memory");
+  }
+  if ((h->ts = timer_service_new ()) == NULL) {
+    shim_close (&h->shim->b);
+    return fail (h, 0, 0, FAULT_SETUP, "timer_service_new: %m");
+  }
+  h->q = queue_new ("model", &h->shim->b, &h->p.config);
+  if (h->q == NULL) {
+    shim_close (&h->shim->b);
+    harness_params_format (&h->p, cfg, sizeof cfg);
+    return fail (h, 0, 0, FAULT_SETUP, "queue_new refused %s: %m", cfg);
+  }
+  /* Timers attach to the loop before it runs (timer_service.h). */
+  if (queue_start (h->q, h->ts) == -1)
+    return fail (h, 0, 0, FAULT_SETUP, "queue_start: %m");
+  if (timer_service_start (h->ts) == -1)
+    return fail (h, 0, 0, FAULT_SETUP, "timer_service_start: %m");
+  /* Sessions size their error cursors by the queues that exist. */
+  if (lanes_init (h) == -1)
+    return fail (h, 0, 0, FAULT_SETUP, "out of memory for the model");
+  return true;
+}
+
+struct harness *
+harness_new (const struct harness_params *p)
+{
+  struct harness *h = calloc (1, sizeof *h);
+
+  if (h == NULL)
+    return NULL;
+  h->p = *p;
+  h->nr_lanes = p->lanes < 1 ? 1
+    : p->lanes > HARNESS_MAX_LANES ? HARNESS_MAX_LANES : p->lanes;
+  if (p->verbose) {
+    char cfg[512];
+
+    harness_params_format (p, cfg, sizeof cfg);
+    printf ("# config: %s\n", cfg);
+  }
+  pthread_mutex_init (&h->lock, NULL);
+  harness_start (h);
+  return h;
+}
+
+void
+harness_lane_generator (const struct harness *h, unsigned i,
+                        struct op_generator *g)
+{
+  const struct lane *l = &h->lane[i];
+  uint64_t max_io = MAX_IO;
+
+  if (h->shim && h->shim->b.limits.maximum)
+    max_io = min64 (max_io, h->shim->b.limits.maximum);
+  op_generator_init (g, l->lo, l->hi, max_io,
+                     h->shim ? h->shim->b.limits.minimum : 1,
+                     (i << 24) + 1);
+  /* Only the last lane may run off the end: past any other lane's end
+   * is the next lane's region.
+   */
+  g->past_end_ok = l->hi == h->p.disk_size;
+}
+
+/* ------------------------------------------------------------ checks */
+
+/* What the queue must answer: 0, or -1 with one of two errnos (0: any). */
+struct expect {
+  bool error;
+  int errno1, errno2;
+};
+
+static bool
+misaligned (const struct harness *h, const struct model_op *op)
+{
+  uint32_t a = h->shim->b.limits.minimum;
+
+  return a > 1 && ((op->offset | op->count) & (a - 1));
+}
+
+static struct expect
+expect_for (const struct harness *h, const struct model_op *op)
+{
+  if (op->offset + op->count > h->p.disk_size)
+    return (struct expect) { .error = true };
+  if (misaligned (h, op))
+    return (struct expect) { .error = true, .errno1 = EINVAL };
+  return (struct expect) { .error = false };
+}
+
+/* What the newest op in the log that could have put `got` at pos was. */
+static void
+explain_byte (const struct harness *h, const struct lane *l, uint64_t pos,
+              uint8_t got, char *buf, size_t len)
+{
+  for (size_t i = l->nr_ops; i-- > 0;) {
+    const struct model_op *o = &l->log[i];
+    char op[160];
+
+    if (pos < o->offset || pos >= o->offset + o->count)
+      continue;
+    if ((o->kind == MOP_WRITE && model_pattern (o->tag, pos) == got)
+        || (o->kind == MOP_ZERO && got == 0)
+        || o->kind == MOP_TRIM) {
+      model_op_format (o, op, sizeof op);
+      snprintf (buf, len, "got matches %s", op);
+      return;
+    }
+  }
+  snprintf (buf, len, got == 0 ? "got matches the initial zeroes"
+            : "got matches no op over that byte");
+}
+
+/* The tag of the newest accepted op that set pos, 0 for none. */
+static uint32_t
+setter (const struct harness *h, const struct lane *l, uint64_t pos)
+{
+  for (size_t i = l->nr_ops; i-- > 0;) {
+    const struct model_op *o = &l->log[i];
+
+    if ((o->kind == MOP_WRITE || o->kind == MOP_ZERO || o->kind == MOP_TRIM)
+        && pos >= o->offset && pos < o->offset + o->count
+        && !expect_for (h, o).error)
+      return o->tag;
+  }
+  return 0;
+}
+
+static bool
+mismatch (struct harness *h, unsigned li, size_t index,
+          enum harness_fault kind, const char *what,
+          const struct model_mismatch *mm)
+{
+  struct lane *l = &h->lane[li];
+  char expl[256];
+
+  explain_byte (h, l, mm->offset, mm->got, expl, sizeof expl);
+  return fail (h, li, index, kind,
+               "%s: byte 0x%" PRIx64 " is 0x%02x, expected 0x%02x"
+               " (set by #%" PRIu32 "), %" PRIu64 " bytes differ from there;"
+               " %s", what, mm->offset, mm->got, mm->expected,
+               setter (h, l, mm->offset), mm->length, expl);
+}
+
+/* The backend itself, read directly, must hold every landed byte of
+ * [from, to), and no backend write since the last backend flush may
+ * have touched a durable one.
+ */
+static bool
+check_landed (struct harness *h, unsigned li, size_t index,
+              uint64_t from, uint64_t to, enum harness_fault kind,
+              const char *what)
+{
+  struct lane *l = &h->lane[li];
+  struct model_mismatch mm;
+
+  for (uint64_t pos = from; pos < to; pos += MAX_IO) {
+    uint64_t n = min64 (MAX_IO, to - pos);
+    int64_t bad;
+
+    shim_dirty_copy (h->shim, l->dirty, n, pos);
+    if (h->inner->ops->pread (h->inner, l->buf, n, pos) == -1)
+      return fail (h, li, index, kind, "backend pread: %m");
+    if (!model_compare (&l->model, l->buf, pos, n, true, &mm))
+      return mismatch (h, li, index, kind, what, &mm);
+    bad = model_first_undurable (&l->model, l->dirty, pos, n);
+    if (bad >= 0)
+      return fail (h, li, index, kind,
+                   "%s: byte 0x%" PRIx64 " (set by #%" PRIu32 ") was"
+                   " written without a backend flush after it", what,
+                   (uint64_t) bad, setter (h, l, bad));
+  }
+  return true;
+}
+
+/* The request's bytes are on the backend now (ack=dispatched), and
+ * with durable flushed too (FUA).
+ */
+static bool
+settle (struct harness *h, unsigned li, size_t index,
+        const struct model_op *op, bool durable, enum harness_fault kind,
+        const char *what)
+{
+  model_landed (&h->lane[li].model, op->offset, op->count, durable);
+  return check_landed (h, li, index, op->offset, op->offset + op->count,
+                       kind, what);
+}
+
+static bool
+check_result (struct harness *h, unsigned li, size_t index,
+              const char *call, int r, int err, struct expect e)
+{
+  if (!e.error && r != 0)
+    return fail (h, li, index, FAULT_RESULT, "%s returned %d: %s",
+                 call, r, strerror (err));
+  if (e.error && r != -1)
+    return fail (h, li, index, FAULT_RESULT,
+                 "%s returned %d, expected an error (%s)", call, r,
+                 e.errno1 ? strerror (e.errno1) : "any");
+  if (e.error && e.errno1 && err != e.errno1 && err != e.errno2)
+    return fail (h, li, index, FAULT_RESULT,
+                 "%s failed with %s, expected %s", call, strerror (err),
+                 strerror (e.errno1));
+  return true;
+}
+
+static bool
+apply_write (struct harness *h, unsigned li, size_t index,
+             const struct model_op *op)
+{
+  struct lane *l = &h->lane[li];
+  struct expect e = expect_for (h, op);
+  int r, err;
+
+  pattern_fill (l->buf, op->tag, op->offset, op->count);
+  errno = 0;
+  r = queue_pwrite (h->q, l->session, l->buf, op->count, op->offset,
+                    op->flags);
+  err = errno;
+  l->n.writes++;
+  if (!check_result (h, li, index, "queue_pwrite", r, err, e))
+    return false;
+  if (e.error)
+    return true;
+  l->n.writes_ok++;
+  l->n.write_bytes += op->count;
+  l->n.fua += (op->flags & REQ_FUA) != 0;
+  model_write (&l->model, op->offset, op->count, l->buf);
+  if (op->flags & REQ_FUA)
+    return settle (h, li, index, op, true, FAULT_FUA,
+                   "after a FUA write the backend");
+  if (h->p.config.ack == ACK_DISPATCHED)
+    return settle (h, li, index, op, false, FAULT_ACKED,
+                   "after an ack=dispatched write the backend");
+  return true;
+}
+
+static bool
+apply_zero (struct harness *h, unsigned li, size_t index,
+            const struct model_op *op)
+{
+  struct lane *l = &h->lane[li];
+  struct expect e = expect_for (h, op);
+  bool refuse_fast = (op->flags & REQ_FAST_ZERO) && !h->shim->b.can_fast_zero;
+  int r, err;
+
+  /* A fast zero the backend cannot do fails at once with ENOTSUP; with
+   * a misaligned range too, either error will do.
+   */
+  if (refuse_fast && !e.error)
+    e = (struct expect) { .error = true, .errno1 = ENOTSUP };
+  else if (refuse_fast && e.errno1)
+    e.errno2 = ENOTSUP;
+  errno = 0;
+  r = queue_zero (h->q, l->session, op->count, op->offset, op->flags);
+  err = errno;
+  l->n.zeros++;
+  if (!check_result (h, li, index, "queue_zero", r, err, e))
+    return false;
+  if (e.error)
+    return true;
+  l->n.zeros_ok++;
+  l->n.fua += (op->flags & REQ_FUA) != 0;
+  model_zero (&l->model, op->offset, op->count);
+  if (op->flags & REQ_FUA)
+    return settle (h, li, index, op, true, FAULT_FUA,
+                   "after a FUA zero the backend");
+  if (h->p.config.ack == ACK_DISPATCHED)
+    return settle (h, li, index, op, false, FAULT_ACKED,
+                   "after an ack=dispatched zero the backend");
+  return true;
+}
+
+static bool
+apply_trim (struct harness *h, unsigned li, size_t index,
+            const struct model_op *op)
+{
+  struct lane *l = &h->lane[li];
+  struct expect e = expect_for (h, op);
+  int r, err;
+
+  errno = 0;
+  r = queue_trim (h->q, l->session, op->count, op->offset, op->flags);
+  err = errno;
+  l->n.trims++;
+  if (!check_result (h, li, index, "queue_trim", r, err, e))
+    return false;
+  if (e.error)
+    return true;
+  l->n.trims_ok++;
+  l->n.fua += (op->flags & REQ_FUA) != 0;
+  model_trim (&l->model, op->offset, op->count);
+  return true;
+}
+
+static bool
+apply_read (struct harness *h, unsigned li, size_t index,
+            const struct model_op *op)
+{
+  struct lane *l = &h->lane[li];
+  struct expect e = expect_for (h, op);
+  struct model_mismatch mm;
+  int r, err;
+
+  errno = 0;
+  r = queue_pread (h->q, l->buf, op->count, op->offset);
+  err = errno;
+  l->n.reads++;
+  if (!check_result (h, li, index, "queue_pread", r, err, e))
+    return false;
+  if (e.error)
+    return true;
+  l->n.reads_ok++;
+  if (!model_compare (&l->model, l->buf, op->offset, op->count, false, &mm))
+    return mismatch (h, li, index, FAULT_READ, "read through the queue", &mm);
+  return true;
+}
+
+/* Shape: contiguous, ascending, non-empty extents from at or before the
+ * request's start, inside the disk, with only the HOLE and ZERO bits.
+ */
+static bool
+check_extent_shape (struct harness *h, unsigned li, size_t index,
+                    const struct model_op *op, const struct extent_list *list)
+{
+  const struct extent *v = list->v;
+
+  if (list->len == 0)
+    return fail (h, li, index, FAULT_EXTENTS, "queue_extents: empty list");
+  if (v[0].offset > op->offset || v[0].offset + v[0].length <= op->offset)
+    return fail (h, li, index, FAULT_EXTENTS,
+                 "queue_extents: first extent 0x%" PRIx64 "+%" PRIu64
+                 " does not cover the start 0x%" PRIx64,
+                 v[0].offset, v[0].length, op->offset);
+  for (size_t i = 0; i < list->len; i++) {
+    if (v[i].length == 0 || (v[i].type & ~(EXTENT_HOLE | EXTENT_ZERO))
+        || v[i].offset + v[i].length > h->p.disk_size
+        || (i > 0 && v[i].offset != v[i - 1].offset + v[i - 1].length))
+      return fail (h, li, index, FAULT_EXTENTS,
+                   "queue_extents: bad extent %zu: 0x%" PRIx64 "+%" PRIu64
+                   " type %" PRIu32, i, v[i].offset, v[i].length,
+                   v[i].type);
+  }
+  return true;
+}
+
+/* A range reported ZERO must read as zero. */
+static bool
+check_extent_zeroes (struct harness *h, unsigned li, size_t index,
+                     const struct model_op *op,
+                     const struct extent_list *list)
+{
+  struct lane *l = &h->lane[li];
+
+  for (size_t i = 0; i < list->len; i++) {
+    const struct extent *x = &list->v[i];
+    /* Beyond the request the list is a hint nobody must act on. */
+    uint64_t from = x->offset > op->offset ? x->offset : op->offset;
+    uint64_t to = min64 (x->offset + x->length, op->offset + op->count);
+    int64_t pos;
+
+    if (!(x->type & EXTENT_ZERO) || from >= to)
+      continue;
+    pos = model_first_nonzero (&l->model, from, to - from);
+    if (pos >= 0)
+      return fail (h, li, index, FAULT_EXTENTS,
+                   "queue_extents: extent %zu 0x%" PRIx64 "+%" PRIu64
+                   " type %" PRIu32 " claims zeroes, but byte 0x%" PRIx64
+                   " holds 0x%02x written by #%" PRIu32,
+                   i, x->offset, x->length, x->type, (uint64_t) pos,
+                   l->model.data[pos - l->model.base],
+                   setter (h, l, pos));
+    /* A trimmed byte may read as anything, but once reported as zero
+     * it has to go on reading as zero until it is written again.
+     */
+    model_pin_zero (&l->model, from, to - from);
+  }
+  return true;
+}
+
+static bool
+apply_extents (struct harness *h, unsigned li, size_t index,
+               const struct model_op *op)
+{
+  struct expect e = expect_for (h, op);
+  struct extent_list list;
+  bool ok;
+  int r, err;
+
+  extent_list_init (&list);
+  errno = 0;
+  r = queue_extents (h->q, op->count, op->offset, &list);
+  err = errno;
+  ok = check_result (h, li, index, "queue_extents", r, err, e);
+  if (ok && !e.error)
+    ok = check_extent_shape (h, li, index, op, &list)
+      && check_extent_zeroes (h, li, index, op, &list);
+  extent_list_free (&list);
+  return ok;
+}
+
+static uint64_t
+now_ns (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * SEC + ts.tv_nsec;
+}
+
+static bool
+apply_flush (struct harness *h, unsigned li, size_t index)
+{
+  struct lane *l = &h->lane[li];
+  uint64_t start = now_ns ();
+  int r, err;
+
+  errno = 0;
+  r = queue_flush (h->q, l->session);
+  err = errno;
+  l->n.flushes++;
+  if (now_ns () - start > l->n.flush_ns_max)
+    l->n.flush_ns_max = now_ns () - start;
+  if (!check_result (h, li, index, "queue_flush", r, err,
+                     (struct expect) { .error = false }))
+    return false;
+  /* Everything this lane was answered before the flush is on the disk. */
+  model_landed (&l->model, l->lo, l->hi - l->lo, true);
+  return check_landed (h, li, index, l->lo, l->hi, FAULT_FLUSH,
+                       "after FLUSH the backend");
+}
+
+static bool
+apply_cache (struct harness *h, unsigned li, size_t index,
+             const struct model_op *op)
+{
+  int r, err;
+
+  errno = 0;
+  r = queue_cache (h->q, op->count, op->offset);
+  err = errno;
+  return check_result (h, li, index, "queue_cache", r, err,
+                       expect_for (h, op));
+}
+
+static int
+log_append (struct lane *l, const struct model_op *op)
+{
+  if (l->nr_ops == l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 256;
+    struct model_op *v = realloc (l->log, cap * sizeof *v);
+
+    if (v == NULL)
+      return -1;
+    l->log = v;
+    l->cap = cap;
+  }
+  l->log[l->nr_ops++] = *op;
+  return 0;
+}
+
+static void
+print_op (struct harness *h, unsigned li, const struct model_op *op)
+{
+  char buf[160];
+
+  model_op_format (op, buf, sizeof buf);
+  flockfile (stdout);
+  printf ("# lane %u: %s\n", li, buf);
+  funlockfile (stdout);
+}
+
+bool
+harness_apply (struct harness *h, unsigned li, const struct model_op *op)
+{
+  struct lane *l = &h->lane[li];
+  size_t index = l->nr_ops;
+  bool ok = true;
+
+  if (atomic_load (&h->failed) || h->finished)
+    return false;
+  if (log_append (l, op) == -1)
+    return fail (h, li, index, FAULT_SETUP, "out of memory for the op log");
+  if (h->p.verbose)
+    print_op (h, li, op);
+  if ((op->kind == MOP_READ || op->kind == MOP_WRITE) && op->count > MAX_IO)
+    return fail (h, li, index, FAULT_SETUP,
+                 "ops larger than %" PRIu64 " bytes do not fit the harness",
+                 MAX_IO);
+  switch (op->kind) {
+  case MOP_READ: ok = apply_read (h, li, index, op); break;
+  case MOP_WRITE: ok = apply_write (h, li, index, op); break;
+  case MOP_ZERO: ok = apply_zero (h, li, index, op); break;
+  case MOP_TRIM: ok = apply_trim (h, li, index, op); break;
+  case MOP_FLUSH: ok = apply_flush (h, li, index); break;
+  case MOP_EXTENTS: ok = apply_extents (h, li, index, op); break;
+  case MOP_CACHE: ok = apply_cache (h, li, index, op); break;
+  case MOP_SLEEP: sleep_us (op->count); break;
+  default: abort ();
+  }
+  if (ok && (index + 1) % LANDED_CHECK_EVERY == 0)
+    ok = check_landed (h, li, index, l->lo, l->hi, FAULT_LANDED,
+                       "durable data changed later: the backend");
+  atomic_fetch_add (&harness_progress, 1);
+  return ok && !atomic_load (&h->failed);
+}
+
+/* A FLUSH on lane 0 covers what every lane was answered before it:
+ * the queue is shared by all connections (multi-conn).
+ */
+bool
+harness_flush_all (struct harness *h)
+{
+  struct lane *l0 = &h->lane[0];
+  int r, err;
+
+  if (atomic_load (&h->failed) || h->finished)
+    return false;
+  errno = 0;
+  r = queue_flush (h->q, l0->session);
+  err = errno;
+  l0->n.flushes++;
+  if (!check_result (h, 0, SIZE_MAX, "queue_flush", r, err,
+                     (struct expect) { .error = false }))
+    return false;
+  for (unsigned i = 0; i < h->nr_lanes; i++) {
+    struct lane *l = &h->lane[i];
+
+    model_landed (&l->model, l->lo, l->hi - l->lo, true);
+    if (!check_landed (h, i, SIZE_MAX, l->lo, l->hi, FAULT_FLUSH,
+                       "after a FLUSH on lane 0 the backend"))
+      return false;
+  }
+  return true;
+}
+
+/* ------------------------------------------------------------ finish */
+
+struct stat_rule {
+  const char *name;
+  uint64_t v, lo, hi;
+};
+
+/* The counters must agree with what the lanes sent. */
+static bool
+check_stats (struct harness *h)
+{
+  struct lane_counts t = { 0 };
+  struct queue_stats s;
+
+  for (unsigned i = 0; i < h->nr_lanes; i++) {
+    const struct lane_counts *n = &h->lane[i].n;
+
+    t.reads_ok += n->reads_ok; t.reads += n->reads;
+    t.writes_ok += n->writes_ok; t.writes += n->writes;
+    t.write_bytes += n->write_bytes;
+    t.zeros_ok += n->zeros_ok; t.zeros += n->zeros;
+    t.trims_ok += n->trims_ok; t.trims += n->trims;
+    t.flushes += n->flushes; t.fua += n->fua;
+  }
+  queue_stats_snapshot (h->q, &s);
+
+  /* Refused requests may or may not be counted: [ok, tried]. */
+  const struct stat_rule rules[] = {
+    { "queued_requests after drain", s.queued_requests, 0, 0 },
+    { "queued_bytes after drain", s.queued_bytes, 0, 0 },
+    { "in_flight after drain", s.in_flight, 0, 0 },
+    { "read requests", s.op[OP_READ].requests, t.reads_ok, t.reads },
+    { "write requests", s.op[OP_WRITE].requests, t.writes_ok, t.writes },
+    { "zero requests", s.op[OP_ZERO].requests, t.zeros_ok, t.zeros },
+    { "trim requests", s.op[OP_TRIM].requests, t.trims_ok, t.trims },
+    { "write request_bytes", s.op[OP_WRITE].request_bytes,
+      t.write_bytes, t.write_bytes },
+    /* Merging never writes a byte no request wrote. */
+    { "write backend_bytes", s.op[OP_WRITE].backend_bytes,
+      0, t.write_bytes },
+    { "flushes (FLUSH requests)", s.flushes, t.flushes, t.flushes },
+    { "fua_requests", s.fua_requests, t.fua, t.fua },
+    /* merges count requests absorbed into another's operation, and
+     * unplug-thresh=1 means no merging at all (queue.h).
+     */
+    { "write merges", s.op[OP_WRITE].merges, 0,
+      h->p.config.unplug_thresh <= 1 ? 0 : s.op[OP_WRITE].requests },
+    { "zero merges", s.op[OP_ZERO].merges, 0,
+      h->p.config.unplug_thresh <= 1 ? 0 : s.op[OP_ZERO].requests },
+    { "trim merges", s.op[OP_TRIM].merges, 0,
+      h->p.config.unplug_thresh <= 1 ? 0 : s.op[OP_TRIM].requests },
+  };
+
+  for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++) {
+    const struct stat_rule *r = &rules[i];
+
+    if (r->v < r->lo || r->v > r->hi)
+      return fail (h, 0, SIZE_MAX, FAULT_STATS,
+                   "stats: %s is %" PRIu64 ", expected %" PRIu64
+                   "..%" PRIu64, r->name, r->v, r->lo, r->hi);
+  }
+  return true;
+}
+
+/* After the drain every byte of the backend is what the model says,
+ * and a backend flush came after the last write.
+ */
+static bool
+check_drained (struct harness *h)
+{
+  for (unsigned i = 0; i < h->nr_lanes; i++) {
+    struct lane *l = &h->lane[i];
+
+    for (uint64_t pos = l->lo; pos < l->hi; pos += MAX_IO) {
+      uint64_t n = min64 (MAX_IO, l->hi - pos);
+      struct model_mismatch mm;
+      const uint8_t *d;
+
+      shim_dirty_copy (h->shim, l->dirty, n, pos);
+      if ((d = memchr (l->dirty, 1, n)) != NULL)
+        return fail (h, i, SIZE_MAX, FAULT_DRAIN,
+                     "after queue_stop byte 0x%" PRIx64 " is not durable:"
+                     " no backend flush after its write",
+                     pos + (d - l->dirty));
+      if (h->inner->ops->pread (h->inner, l->buf, n, pos) == -1)
+        return fail (h, i, SIZE_MAX, FAULT_DRAIN, "backend pread: %m");
+      if (!model_compare (&l->model, l->buf, pos, n, false, &mm))
+        return mismatch (h, i, SIZE_MAX, FAULT_DRAIN,
+                         "after queue_stop the backend", &mm);
+    }
+  }
+  return true;
+}
+
+bool
+harness_finish (struct harness *h)
+{
+  if (h->finished || h->q == NULL)
+    return !atomic_load (&h->failed);
+  h->finished = true;
+  queue_stop (h->q);
+  atomic_store (&h->shim->stopped, true);
+  if (shim_in_flight (h->shim) > 0)
+    fail (h, 0, SIZE_MAX, FAULT_BACKEND,
+          "queue_stop returned with %u backend operations in flight",
+          shim_in_flight (h->shim));
+  if (!atomic_load (&h->failed))
+    check_drained (h);
+  if (!atomic_load (&h->failed))
+    check_stats (h);
+  return !atomic_load (&h->failed);
+}
+
+bool
+harness_failed (const struct harness *h)
+{
+  return atomic_load (&h->failed);
+}
+
+uint64_t
+harness_max_flush_ns (const struct harness *h)
+{
+  uint64_t max = 0;
+
+  for (unsigned i = 0; i < h->nr_lanes; i++)
+    if (h->lane[i].n.flush_ns_max > max)
+      max = h->lane[i].n.flush_ns_max;
+  return max;
+}
+
+enum harness_fault
+harness_fault (const struct harness *h, unsigned *lane, size_t *op_index)
+{
+  if (lane)
+    *lane = h->fault_lane;
+  if (op_index)
+    *op_index = h->fault_op;
+  return h->fault;
+}
+
+const char *
+harness_why (const struct harness *h)
+{
+  return h->why;
+}
+
+const struct model_op *
+harness_lane_ops (const struct harness *h, unsigned lane, size_t *n)
+{
+  *n = h->lane[lane].nr_ops;
+  return h->lane[lane].log;
+}
+
+void
+harness_report (const struct harness *h, FILE *f, size_t last_ops)
+{
+  const struct lane *l = &h->lane[h->fault_lane];
+  size_t end = h->fault_op == SIZE_MAX ? l->nr_ops : h->fault_op + 1;
+  size_t start = end > last_ops ? end - last_ops : 0;
+  char buf[512];
+
+  if (h->fault == FAULT_NONE)
+    return;
+  harness_params_format (&h->p, buf, sizeof buf);
+  fprintf (f, "# %s fault on lane %u ", harness_fault_names[h->fault],
+           h->fault_lane);
+  if (h->fault_op == SIZE_MAX)
+    fprintf (f, "after all %zu ops (at the end)\n", l->nr_ops);
+  else
+    fprintf (f, "at op index %zu\n", h->fault_op);
+  fprintf (f, "#   %s\n#   config: %s\n", h->why, buf);
+  fprintf (f, "#   ops %zu..%zu of lane %u:\n", start, end - 1,
+           h->fault_lane);
+  for (size_t i = start; i < end && i < l->nr_ops; i++) {
+    model_op_format (&l->log[i], buf, sizeof buf);
+    fprintf (f, "#     [%zu] %s\n", i, buf);
+  }
+}
+
+void
+harness_free (struct harness *h)
+{
+  if (h == NULL)
+    return;
+  if (h->q) {
+    harness_finish (h);
+    /* The loop must stop before the queue (and its timer) goes. */
+    timer_service_free (h->ts);
+    queue_free (h->q);
+  }
+  else
+    timer_service_free (h->ts);
+  for (unsigned i = 0; i < h->nr_lanes; i++)
+    lane_free (&h->lane[i]);
+  pthread_mutex_destroy (&h->lock);
+  free (h);
+}
+
+/* ------------------------------------------------------------ runs */
+
+static struct run_result
+run_end (struct harness *h, FILE *report)
+{
+  struct run_result r = { .fault = FAULT_SETUP };
+
+  if (h == NULL)
+    return r;
+  harness_finish (h);
+  r.fault = harness_fault (h, NULL, &r.op_index);
+  r.ops_applied = h->lane[0].nr_ops;
+  if (r.fault != FAULT_NONE && report)
+    harness_report (h, report, 40);
+  harness_free (h);
+  return r;
+}
+
+struct run_result
+run_from_source (const struct harness_params *p, struct byte_source *src,
+                 size_t max_ops, uint64_t max_sleep_us, FILE *report)
+{
+  struct harness *h = harness_new (p);
+  struct op_generator g;
+  struct model_op op;
+
+  if (h && !harness_failed (h)) {
+    harness_lane_generator (h, 0, &g);
+    g.max_sleep_us = max_sleep_us;
+    for (size_t i = 0; i < max_ops; i++)
+      if (!op_generator_next (&g, src, &op) || !harness_apply (h, 0, &op))
+        break;
+  }
+  return run_end (h, report);
+}
+
+struct run_result
+run_ops (const struct harness_params *p, const struct model_op *ops,
+         size_t n, FILE *report)
+{
+  struct harness *h = harness_new (p);
+
+  if (h && !atomic_load (&h->failed))
+    for (size_t i = 0; i < n; i++)
+      if (!harness_apply (h, 0, &ops[i]))
+        break;
+  return run_end (h, report);
+}
+
+struct run_result
+run_fuzz_input (const uint8_t *data, size_t size, size_t max_ops,
+                bool verbose, FILE *report)
+{
+  struct harness_params p;
+  struct byte_source src;
+
+  byte_source_buffer (&src, data, size);
+  harness_params_choose_all (&p, &src);
+  p.verbose = verbose;
+  /* Long sleeps would only slow the fuzzer down. */
+  return run_from_source (&p, &src, max_ops, 200, report);
+}

@@ -1,0 +1,313 @@
+/* plugq tests: a flat-array model of a disk, and a harness that drives one
+ * queue and the model side by side.
+ *
+ * The model is what the NBD rules (design.md §3) say a client must see:
+ * the newest write wins byte for byte, zeroes read as zero, a trimmed byte
+ * may read as anything until it is written again (or until an extent
+ * list calls it zero).  On top of that it tracks which bytes the backend
+ * itself must already hold (with ack=dispatched every answered write),
+ * and which must also be durable, covered by a backend flush: everything
+ * answered before a FLUSH, and a FUA request's bytes.  The harness checks
+ * reads and extents against the model as it goes, reads the backend
+ * directly (bypassing the queue) after every FLUSH and FUA and every 16
+ * ops, and compares the whole backend after the queue has drained.
+ *
+ * The queue writes through a shim backend over the memory backend that
+ * checks the backend contract as it is used (limits, merging, one writer,
+ * nothing after queue_stop, no overlapping operations in flight), records
+ * what was written since the last backend flush, and can stand in for
+ * other backends: no fast zero, trims that do nothing or leave junk, a
+ * minimum block size, small max_write and max_iov, or asynchronous
+ * operations completed out of order on its own threads.
+ *
+ * The same op generator serves the random model test and the fuzzer: it
+ * turns a byte stream (a seeded PRNG or the fuzzer's input) into requests
+ * that hit overlaps, exact adjacency, disk boundaries and unaligned cases.
+ */
+#ifndef PLUGQ_TESTS_MODEL_H
+#define PLUGQ_TESTS_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "queue.h"
+
+/* ------------------------------------------------------------ ops */
+
+enum model_op_kind {
+  MOP_READ,
+  MOP_WRITE,
+  MOP_ZERO,
+  MOP_TRIM,
+  MOP_FLUSH,
+  MOP_EXTENTS,
+  MOP_CACHE,
+  MOP_SLEEP,                    /* lets unplug timers fire between ops */
+  MOP_KINDS
+};
+
+struct model_op {
+  enum model_op_kind kind;
+  unsigned flags;               /* REQ_FUA, REQ_MAY_TRIM, REQ_FAST_ZERO */
+  uint64_t offset;
+  uint64_t count;               /* bytes; microseconds for MOP_SLEEP */
+  uint32_t tag;                 /* names the op and seeds a write's data */
+};
+
+/* "write 0x1000+512 fua" */
+void model_op_format (const struct model_op *, char *buf, size_t len);
+
+/* The byte a write tagged `tag` puts at disk offset pos: never zero, so
+ * written data is always told apart from zeroes, and different for
+ * different tags at almost every position.
+ */
+uint8_t model_pattern (uint32_t tag, uint64_t pos);
+
+/* ------------------------------------------------------------ model */
+
+/* Bits of model.state, one byte per disk byte. */
+#define MODEL_DONTCARE 1u       /* trimmed since last written: any value */
+#define MODEL_LANDED   2u       /* the backend must hold model.landed */
+#define MODEL_DURABLE  4u       /* ... and a backend flush covered it */
+
+struct model {
+  uint64_t base;                /* disk offset of byte 0 of the region */
+  uint64_t size;
+  uint8_t *data;                /* what a read must return */
+  uint8_t *landed;              /* what the backend must hold, if LANDED */
+  uint8_t *state;
+};
+
+int model_init (struct model *, uint64_t base, uint64_t size);
+void model_free (struct model *);
+
+/* Offsets are disk offsets inside [base, base + size). */
+void model_write (struct model *, uint64_t offset, uint64_t count,
+                  const uint8_t *data);
+void model_zero (struct model *, uint64_t offset, uint64_t count);
+void model_trim (struct model *, uint64_t offset, uint64_t count);
+/* The backend now holds the current contents of the range, and with
+ * durable a backend flush has covered them (FLUSH, FUA).
+ */
+void model_landed (struct model *, uint64_t offset, uint64_t count,
+                   bool durable);
+
+/* A difference between what was read and what the model expects. */
+struct model_mismatch {
+  uint64_t offset;              /* first differing byte */
+  uint64_t length;              /* differing bytes from there on, in a row */
+  uint8_t expected, got;
+};
+
+/* Compares buf (count bytes read at offset) with the data a read must
+ * return, skipping don't-care bytes.  With landed, compares only bytes
+ * the backend must hold, against what it must hold.
+ */
+bool model_compare (const struct model *, const uint8_t *buf,
+                    uint64_t offset, uint64_t count, bool landed,
+                    struct model_mismatch *);
+
+/* The first byte of the range that must be durable but is marked in
+ * dirty (dirty[0] is offset: written since the last backend flush), or
+ * -1.
+ */
+int64_t model_first_undurable (const struct model *, const uint8_t *dirty,
+                               uint64_t offset, uint64_t count);
+
+/* Trimmed bytes of the range read as zero from now on (the queue said
+ * so in an extent list).
+ */
+void model_pin_zero (struct model *, uint64_t offset, uint64_t count);
+
+/* The first byte of the range a read must not see as zero, or -1. */
+int64_t model_first_nonzero (const struct model *, uint64_t offset,
+                             uint64_t count);
+
+/* ------------------------------------------------------------ byte source */
+
+/* Where the generator's decisions come from: a buffer (the fuzzer's
+ * input; reads past its end give zeroes and set exhausted) or an endless
+ * PRNG stream.
+ */
+struct byte_source {
+  const uint8_t *data;
+  size_t len, pos;
+  uint64_t rng;
+  bool exhausted;
+};
+
+void byte_source_buffer (struct byte_source *, const void *data, size_t len);
+void byte_source_seed (struct byte_source *, uint64_t seed);
+uint8_t byte_source_u8 (struct byte_source *);
+uint32_t byte_source_u32 (struct byte_source *);
+/* A value in [0, n), n > 0. */
+uint64_t byte_source_below (struct byte_source *, uint64_t n);
+
+/* ------------------------------------------------------------ generator */
+
+#define GEN_RECENT 8
+
+struct gen_range {
+  uint64_t offset, count;
+};
+
+struct op_generator {
+  uint64_t lo, hi;              /* requests stay inside [lo, hi) */
+  uint64_t max_io;              /* largest read or write */
+  uint32_t align;               /* backend minimum block size */
+  uint32_t next_tag;
+  uint64_t max_sleep_us;
+  bool past_end_ok;             /* hi is the disk's end: may run past it */
+  struct gen_range recent[GEN_RECENT];  /* the last ops' ranges */
+  unsigned nr_recent, newest;
+};
+
+void op_generator_init (struct op_generator *, uint64_t lo, uint64_t hi,
+                        uint64_t max_io, uint32_t align, uint32_t first_tag);
+/* False once a buffer source is exhausted. */
+bool op_generator_next (struct op_generator *, struct byte_source *,
+                        struct model_op *);
+
+/* ------------------------------------------------------------ harness */
+
+/* How the test backend wrapped around the memory backend behaves, so one
+ * run can stand in for a file or NBD backend's properties.
+ */
+enum trim_mode {
+  TRIM_PASS,                    /* the memory backend's own trim */
+  TRIM_NOOP,                    /* trim is advisory: do nothing */
+  TRIM_SCRIBBLE,                /* overwrite with junk: "unspecified" */
+};
+
+struct backend_params {
+  enum trim_mode trim;
+  bool no_fast_zero;            /* clear can_fast_zero */
+  uint32_t max_write;           /* 0: the memory backend's own */
+  int max_iov;                  /* 0: the memory backend's own */
+  uint32_t minimum;             /* 0: the memory backend's own */
+  unsigned async;               /* >0: submit, this many in flight */
+};
+
+#define HARNESS_MAX_LANES 8
+
+struct harness_params {
+  struct queue_config config;
+  struct backend_params backend;
+  uint64_t disk_size;
+  unsigned lanes;               /* clients, each in its own region */
+  bool verbose;                 /* print every op as a TAP comment */
+};
+
+/* Chooses every queue knob, the disk size and backend properties from
+ * src, keeping the elevator and ack mode given.  Combinations that would
+ * make a run crawl (ack=dispatched waiting out a 1 s plug) are avoided.
+ */
+void harness_params_choose (struct harness_params *, struct byte_source *,
+                            const struct elevator_ops *, enum ack_mode);
+/* Elevator and ack mode from src too (the fuzzer). */
+void harness_params_choose_all (struct harness_params *,
+                                struct byte_source *);
+/* "deadline ack=queued thresh=4 delay=100us max-merge=64K ..." */
+void harness_params_format (const struct harness_params *, char *buf,
+                            size_t len);
+
+enum harness_fault {
+  FAULT_NONE,
+  FAULT_SETUP,                  /* could not build the queue */
+  FAULT_RESULT,                 /* unexpected return value or errno */
+  FAULT_READ,                   /* a read differs from the model */
+  FAULT_EXTENTS,                /* malformed list, or ZERO over data */
+  FAULT_FLUSH,                  /* after a FLUSH: not on disk, or not
+                                 * covered by a backend flush */
+  FAULT_FUA,                    /* the same for a FUA request's data */
+  FAULT_ACKED,                  /* ack=dispatched write not on backend */
+  FAULT_LANDED,                 /* landed or durable data changed later */
+  FAULT_BACKEND,                /* the queue misused the backend */
+  FAULT_DRAIN,                  /* after queue_stop: backend differs, or
+                                 * no backend flush after a write */
+  FAULT_STATS,                  /* counters disagree with what was sent */
+  FAULT_KINDS
+};
+
+extern const char *const harness_fault_names[FAULT_KINDS];
+
+struct harness;
+
+/* Builds the backend, queue, timer service and one session per lane, and
+ * starts them.  NULL only if memory runs out; a queue that cannot be
+ * built is a FAULT_SETUP on the returned harness.
+ */
+struct harness *harness_new (const struct harness_params *);
+
+/* The region lane i owns, and a generator set up for it. */
+void harness_lane_generator (const struct harness *, unsigned lane,
+                             struct op_generator *);
+
+/* Applies op through the queue and to lane's model and checks it.  Safe
+ * to call from one thread per lane.  False once the lane has failed.
+ */
+bool harness_apply (struct harness *, unsigned lane, const struct model_op *);
+
+/* Quiescent lanes only: a FLUSH through lane 0's session, then every
+ * lane's data must be on the backend.
+ */
+bool harness_flush_all (struct harness *);
+
+/* Drains the queue (queue_stop), compares the whole backend with every
+ * lane's model and checks the counters.  Call once, after all lanes.
+ */
+bool harness_finish (struct harness *);
+
+/* Any lane failed, or the setup did; safe from any thread. */
+bool harness_failed (const struct harness *);
+
+/* The first failure: kind, which lane and op (ops applied by that lane
+ * before it, or SIZE_MAX for one found at finish), and why.
+ */
+enum harness_fault harness_fault (const struct harness *, unsigned *lane,
+                                  size_t *op_index);
+const char *harness_why (const struct harness *);
+
+/* TAP comments: the configuration, the failure and the ops leading to it
+ * on the failing lane (at most last_ops of them).
+ */
+void harness_report (const struct harness *, FILE *, size_t last_ops);
+
+/* The slowest FLUSH any lane saw (after the lanes are done). */
+uint64_t harness_max_flush_ns (const struct harness *);
+
+/* The ops lane applied so far, in order. */
+const struct model_op *harness_lane_ops (const struct harness *,
+                                         unsigned lane, size_t *n);
+
+void harness_free (struct harness *);
+
+/* Bumped after every op; a watchdog reads it to tell a hang. */
+extern _Atomic uint64_t harness_progress;
+
+/* ------------------------------------------------------------ runs */
+
+struct run_result {
+  enum harness_fault fault;
+  size_t op_index;              /* SIZE_MAX: at finish */
+  size_t ops_applied;
+};
+
+/* One lane, ops from src until max_ops or the source runs out.  With
+ * report, a failure is described there.
+ */
+struct run_result run_from_source (const struct harness_params *,
+                                   struct byte_source *, size_t max_ops,
+                                   uint64_t max_sleep_us, FILE *report);
+
+/* One lane, exactly these ops. */
+struct run_result run_ops (const struct harness_params *,
+                           const struct model_op *, size_t n, FILE *report);
+
+/* A fuzzer input: parameters from its first bytes, then ops. */
+struct run_result run_fuzz_input (const uint8_t *data, size_t size,
+                                  size_t max_ops, bool verbose, FILE *report);
+
+#endif /* PLUGQ_TESTS_MODEL_H */

@@ -1,0 +1,631 @@
+/* plugq: the queue against a flat-array model of the disk.
+ *
+ * Random sequences of write, zero, trim, read, extents, flush and FUA go
+ * through a queue and into the model (model.h); every read, every FLUSH,
+ * every FUA and the final drain are checked.  Each (elevator, ack mode)
+ * pair runs many seeds, and each seed picks its own queue knobs, disk
+ * size and backend properties, so the seeds sweep the configurations too.
+ * Then a few hand-written sequences for the classic ordering traps, and a
+ * multi-threaded run where clients in disjoint regions share one queue.
+ *
+ * Environment:
+ *   PLUGQ_MODEL_SEEDS=N      seeds in all, shared out among the four
+ *                            (elevator, ack) pairs (default 160: about
+ *                            20 s in all under AddressSanitizer)
+ *   PLUGQ_MODEL_FIRST_SEED=N first seed (default 0)
+ *   PLUGQ_MODEL_OPS=N        ops per seed (default 300)
+ *   PLUGQ_MODEL_SEED=N       replay seed N only (all pairs, or the one in
+ *                            PLUGQ_MODEL_GROUP, e.g. "noop/dispatched")
+ *   PLUGQ_MODEL_SHRINK=1     with a replay that fails: cut the ops down
+ *                            to a short sequence that still fails
+ *   PLUGQ_MODEL_VERBOSE=1    print every op
+ *   PLUGQ_MODEL_INPUT=FILE   replay a fuzz_queue input (a crash file)
+ *   PLUGQ_MODEL_TIMEOUT=S    abort when no op completes for S seconds
+ *                            (default 60): a hang is a failure too
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "elevator.h"
+#include "model.h"
+#include "queue.h"
+#include "tap.h"
+
+#define KiB (UINT64_C (1024))
+#define MiB (KiB * 1024)
+#define US (UINT64_C (1000))
+#define SEC (UINT64_C (1000000000))
+
+#define BATCH 20                /* seeds per TAP line */
+#define THREAD_LANES 4
+#define THREAD_SEEDS 4          /* per (elevator, ack) pair */
+#define REPORT_OPS 40
+
+struct group {
+  const char *name;
+  const struct elevator_ops *elevator;
+  enum ack_mode ack;
+};
+
+static const struct group groups[] = {
+  { "deadline/queued", &elevator_deadline, ACK_QUEUED },
+  { "deadline/dispatched", &elevator_deadline, ACK_DISPATCHED },
+  { "noop/queued", &elevator_noop, ACK_QUEUED },
+  { "noop/dispatched", &elevator_noop, ACK_DISPATCHED },
+};
+#define NR_GROUPS (sizeof groups / sizeof groups[0])
+
+static struct {
+  uint64_t seeds, first_seed, ops;
+  bool verbose, shrink;
+  unsigned timeout;
+} opt;
+
+static double
+now_s (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static uint64_t
+env_u64 (const char *name, uint64_t dflt)
+{
+  const char *s = getenv (name);
+
+  return s && *s ? strtoull (s, NULL, 0) : dflt;
+}
+
+/* ------------------------------------------------------------ watchdog */
+
+/* A queue that deadlocks never returns; say where it stuck, then abort
+ * so the test fails instead of timing out silently.
+ */
+static pthread_mutex_t watch_lock = PTHREAD_MUTEX_INITIALIZER;
+static char watch_what[256];
+
+__attribute__ ((format (printf, 1, 2)))
+static void
+watch (const char *fmt, ...)
+{
+  va_list ap;
+
+  pthread_mutex_lock (&watch_lock);
+  va_start (ap, fmt);
+  vsnprintf (watch_what, sizeof watch_what, fmt, ap);
+  va_end (ap);
+  pthread_mutex_unlock (&watch_lock);
+}
+
+static void *
+watchdog (void *arg)
+{
+  uint64_t last = UINT64_MAX;
+  unsigned idle = 0;
+
+  for (;;) {
+    uint64_t now;
+
+    sleep (1);
+    now = atomic_load (&harness_progress);
+    idle = now == last ? idle + 1 : 0;
+    last = now;
+    if (idle >= opt.timeout) {
+      pthread_mutex_lock (&watch_lock);
+      printf ("# watchdog: no op finished for %u s in %s"
+              " (replay it with PLUGQ_MODEL_VERBOSE=1 to see the op)\n",
+              idle, watch_what);
+      fflush (stdout);
+      abort ();
+    }
+  }
+  return NULL;
+}
+
+/* ------------------------------------------------------------ shrinking */
+
+/* Same kind of failure, allowing for the queue's timing: a candidate
+ * that passes once gets a second chance to fail.
+ */
+static bool
+still_fails (const struct harness_params *p, const struct model_op *ops,
+             size_t n, enum harness_fault kind)
+{
+  for (int attempt = 0; attempt < 2; attempt++)
+    if (run_ops (p, ops, n, NULL).fault == kind)
+      return true;
+  return false;
+}
+
+/* Delta debugging over whole ops: drop ever smaller chunks while the
+ * same fault still shows.  Returns the new length.
+ */
+static size_t
+shrink_ops (const struct harness_params *p, struct model_op *ops, size_t n,
+            enum harness_fault kind)
+{
+  struct model_op *cand = malloc (n * sizeof *cand);
+
+  if (cand == NULL)
+    return n;
+  for (size_t chunk = n / 2; chunk >= 1; chunk /= 2) {
+    for (size_t i = 0; i + chunk <= n;) {
+      memcpy (cand, ops, i * sizeof *ops);
+      memcpy (cand + i, ops + i + chunk, (n - i - chunk) * sizeof *ops);
+      if (n > chunk && still_fails (p, cand, n - chunk, kind)) {
+        n -= chunk;
+        memcpy (ops, cand, n * sizeof *ops);
+      }
+      else
+        i += chunk;
+    }
+  }
+  free (cand);
+  return n;
+}
+
+/* Replays the failing lane's ops up to the failure, shrinks them and
+ * prints the result with how often it reproduces.
+ */
+static void
+shrink_and_report (const struct harness_params *params,
+                   const struct model_op *log, size_t n,
+                   enum harness_fault kind)
+{
+  struct model_op *ops = malloc (n * sizeof *ops);
+  struct harness_params quiet = *params, *p = &quiet;
+  unsigned hits = 0;
+
+  if (ops == NULL)
+    return;
+  quiet.verbose = false;        /* thousands of candidate runs */
+  memcpy (ops, log, n * sizeof *ops);
+  printf ("# shrinking %zu ops (%s fault)...\n", n,
+          harness_fault_names[kind]);
+  fflush (stdout);
+  n = shrink_ops (p, ops, n, kind);
+  for (int i = 0; i < 10; i++)
+    hits += run_ops (p, ops, n, NULL).fault == kind;
+  printf ("# shrunk to %zu ops, fails %u times in 10:\n", n, hits);
+  run_ops (p, ops, n, stdout);
+  free (ops);
+}
+
+/* ------------------------------------------------------------ seeds */
+
+static void
+seed_params (const struct group *g, uint64_t seed, struct harness_params *p,
+             struct byte_source *src)
+{
+  /* Same seed, same knobs and ops in every pair: only the elevator and
+   * the ack mode differ, which makes a failure easy to compare.
+   */
+  byte_source_seed (src, seed);
+  harness_params_choose (p, src, g->elevator, g->ack);
+  p->verbose = opt.verbose;
+}
+
+/* One seed; on failure the report goes to stdout as TAP comments, and
+ * with shrink the failing ops are cut down.
+ */
+static bool
+run_seed (const struct group *g, uint64_t seed, bool shrink)
+{
+  struct harness_params p;
+  struct byte_source src;
+  struct op_generator gen;
+  struct harness *h;
+  struct model_op op;
+  enum harness_fault kind;
+  size_t index, n;
+  const struct model_op *log;
+  bool ok;
+
+  seed_params (g, seed, &p, &src);
+  watch ("%s seed %" PRIu64, g->name, seed);
+  h = harness_new (&p);
+  if (h == NULL)
+    return false;
+  harness_lane_generator (h, 0, &gen);
+  for (uint64_t i = 0; i < opt.ops && !harness_failed (h); i++)
+    if (!op_generator_next (&gen, &src, &op) || !harness_apply (h, 0, &op))
+      break;
+  ok = harness_finish (h);
+  if (!ok) {
+    kind = harness_fault (h, NULL, &index);
+    printf ("# %s seed %" PRIu64 " failed; replay: PLUGQ_MODEL_SEED=%"
+            PRIu64 " PLUGQ_MODEL_GROUP=%s\n", g->name, seed, seed, g->name);
+    harness_report (h, stdout, REPORT_OPS);
+    log = harness_lane_ops (h, 0, &n);
+    if (shrink && kind != FAULT_SETUP)
+      shrink_and_report (&p, log, index == SIZE_MAX ? n : index + 1, kind);
+  }
+  fflush (stdout);
+  harness_free (h);
+  return ok;
+}
+
+/* One TAP line per BATCH seeds of one pair. */
+static void
+run_batches (const struct group *g)
+{
+  for (uint64_t b = 0; b < opt.seeds; b += BATCH) {
+    uint64_t first = opt.first_seed + b;
+    uint64_t last = first + (opt.seeds - b < BATCH ? opt.seeds - b : BATCH);
+    uint64_t failed = UINT64_MAX;
+    double t0 = now_s ();
+
+    /* The first failure ends the batch: its report is the useful one. */
+    for (uint64_t s = first; s < last; s++)
+      if (!run_seed (g, s, false)) {
+        failed = s;
+        break;
+      }
+    if (failed != UINT64_MAX)
+      tap_ok (false, "%s: seeds %" PRIu64 "..%" PRIu64 ", %" PRIu64
+              " ops each: seed %" PRIu64 " failed", g->name, first,
+              last - 1, opt.ops, failed);
+    else
+      tap_ok (true, "%s: seeds %" PRIu64 "..%" PRIu64 ", %" PRIu64
+              " ops each (%.1f s)", g->name, first, last - 1, opt.ops,
+              now_s () - t0);
+  }
+}
+
+/* ------------------------------------------------------------ scenarios */
+
+/* The classic ordering traps, written out.  Offsets below zero count
+ * from the end of the disk.
+ */
+struct step {
+  enum model_op_kind kind;
+  int64_t offset;
+  uint64_t count;
+  unsigned flags;
+};
+
+struct scenario {
+  const char *name;
+  uint64_t queue_bytes;         /* 0: the default */
+  struct step steps[24];
+};
+
+#define R(o, n) { MOP_READ, (o), (n), 0 }
+#define W(o, n) { MOP_WRITE, (o), (n), 0 }
+#define WF(o, n) { MOP_WRITE, (o), (n), REQ_FUA }
+#define Z(o, n, f) { MOP_ZERO, (o), (n), (f) }
+#define T(o, n) { MOP_TRIM, (o), (n), 0 }
+#define X(o, n) { MOP_EXTENTS, (o), (n), 0 }
+#define F { MOP_FLUSH, 0, 0, 0 }
+#define END { MOP_KINDS, 0, 0, 0 }
+
+static const struct scenario scenarios[] = {
+  { "newer overlapping write sorts first (W1[8,16) then W2[0,12))", 0,
+    { W (8, 8), W (0, 12), R (0, 16), F, R (0, 16), END } },
+  { "same start, shorter newer write", 0,
+    { W (4096, 8192), W (4096, 100), R (4096, 8192), X (0, 16384), F,
+      R (4096, 8192), END } },
+  { "zero over a queued write, then extents", 0,
+    { W (0, 65536), Z (16384, 16384, 0), X (0, 65536), R (0, 65536),
+      Z (20000, 3, REQ_MAY_TRIM), X (0, 65536), F, R (0, 65536), END } },
+  { "write after a queued trim", 0,
+    { W (0, 65536), T (0, 65536), W (4096, 4096), R (0, 65536), F,
+      R (4096, 4096), END } },
+  { "trim over part of a write, write inside the trim", 0,
+    { W (0, 32768), T (1000, 20000), W (5000, 7), R (0, 32768),
+      X (0, 32768), F, R (0, 32768), END } },
+  { "FUA over an older overlapping queued write", 0,
+    { W (0, 131072), WF (32768, 4096), W (200000, 512), R (0, 131072), F,
+      R (0, 131072), END } },
+  { "FUA inside a queued zero and a queued trim", 0,
+    { Z (0, 65536, REQ_MAY_TRIM), T (65536, 65536), WF (60000, 10000),
+      X (0, 131072), F, R (0, 131072), END } },
+  { "the last bytes of the disk", 0,
+    { W (-1, 1), W (-4096, 4095), R (-4096, 4096), Z (-513, 513, 0),
+      X (-8192, 8192), WF (-2, 2), F, R (-8192, 8192), END } },
+  { "back merges, front merges and a split in the middle", 0,
+    { W (0, 4096), W (4096, 4096), W (8192, 4096), W (-8192, 4096),
+      W (-12288, 4096), W (-16384, 4096), W (6000, 100), R (0, 12288),
+      F, R (0, 12288), R (-16384, 12288), END } },
+  { "one big write cut by many small ones", 0,
+    { W (0, 262144), W (1, 1), W (4095, 2), W (65536, 65536),
+      Z (131071, 3, 0), T (200000, 1), W (262143, 1), R (0, 262144), F,
+      R (0, 262144), END } },
+  { "writes larger than queue-bytes (back-pressure)", 64 * KiB,
+    { W (0, 262144), W (131072, 262144), W (65536, 1), R (0, 262144),
+      R (131072, 262144),
+      W (500000, 262144), R (393216, 262144), F, R (0, 262144), END } },
+  { "zeroes with and without may_trim side by side", 0,
+    { W (0, 65536), Z (0, 4096, REQ_MAY_TRIM), Z (4096, 4096, 0),
+      Z (8192, 4096, REQ_MAY_TRIM), X (0, 65536), R (0, 65536), F,
+      X (0, 65536), R (0, 65536), END } },
+};
+
+#undef R
+#undef W
+#undef WF
+#undef Z
+#undef T
+#undef X
+#undef F
+#undef END
+
+static size_t
+scenario_ops (const struct scenario *sc, uint64_t size, struct model_op *ops)
+{
+  size_t n = 0;
+
+  for (const struct step *s = sc->steps; s->kind != MOP_KINDS; s++, n++)
+    ops[n] = (struct model_op) {
+      .kind = s->kind, .flags = s->flags, .count = s->count,
+      .offset = s->offset < 0 ? size + s->offset : (uint64_t) s->offset,
+      .tag = n + 1,
+    };
+  return n;
+}
+
+/* Long plugs keep every request queued until a trigger; short ones let
+ * the timer race the requests, and an asynchronous backend completes
+ * them out of order.  Defaults otherwise, whole memory disk.
+ */
+enum variant { LONG_PLUG, SHORT_PLUG, ASYNC_BACKEND, VARIANTS };
+
+static const char *const variant_names[VARIANTS] = {
+  "long plugs", "short plugs", "short plugs, async backend"
+};
+
+static void
+scenario_params (const struct group *g, const struct scenario *sc,
+                 enum variant v, struct harness_params *p)
+{
+  *p = (struct harness_params) { .disk_size = 1 * MiB, .lanes = 1,
+                                 .verbose = opt.verbose };
+  queue_config_defaults (&p->config);
+  p->config.elevator = g->elevator;
+  p->config.ack = g->ack;
+  if (sc->queue_bytes)
+    p->config.queue_bytes = sc->queue_bytes;
+  p->config.unplug_thresh = v == LONG_PLUG ? 1000 : 4;
+  p->config.unplug_delay_ns = v == LONG_PLUG && g->ack == ACK_QUEUED
+    ? 1 * SEC : 100 * US;
+  if (v == ASYNC_BACKEND)
+    p->backend.async = 4;
+}
+
+static void
+run_scenario (const struct scenario *sc)
+{
+  struct model_op ops[sizeof sc->steps / sizeof sc->steps[0]];
+  unsigned failures = 0, runs = 0;
+  double t0 = now_s ();
+
+  for (size_t gi = 0; gi < NR_GROUPS; gi++)
+    for (enum variant v = 0; v < VARIANTS; v++) {
+      struct harness_params p;
+      size_t n;
+
+      scenario_params (&groups[gi], sc, v, &p);
+      n = scenario_ops (sc, p.disk_size, ops);
+      watch ("scenario \"%s\" %s", sc->name, groups[gi].name);
+      runs++;
+      if (run_ops (&p, ops, n, stdout).fault != FAULT_NONE) {
+        printf ("# ... in %s with %s\n", groups[gi].name, variant_names[v]);
+        failures++;
+      }
+    }
+  tap_ok (failures == 0, "scenario: %s (%u of %u configs failed, %.1f s)",
+          sc->name, failures, runs, now_s () - t0);
+}
+
+/* ------------------------------------------------------------ threads */
+
+struct lane_job {
+  struct harness *h;
+  unsigned lane;
+  uint64_t seed;
+};
+
+static void *
+lane_main (void *arg)
+{
+  struct lane_job *job = arg;
+  struct op_generator gen;
+  struct byte_source src;
+  struct model_op op;
+
+  byte_source_seed (&src, job->seed * 64 + job->lane);
+  harness_lane_generator (job->h, job->lane, &gen);
+  for (uint64_t i = 0; i < opt.ops && !harness_failed (job->h); i++)
+    if (!op_generator_next (&gen, &src, &op)
+        || !harness_apply (job->h, job->lane, &op))
+      break;
+  return NULL;
+}
+
+/* THREAD_LANES clients at once, each in its own region, so each one's
+ * model stays exact while the queue interleaves them.
+ */
+/* FLUSH latency while other clients keep writing: reported, not
+ * judged, because it depends on the machine's load.
+ */
+static uint64_t threaded_flush_ns_max;
+
+static bool
+run_threaded (const struct group *g, uint64_t seed)
+{
+  struct lane_job jobs[THREAD_LANES];
+  pthread_t threads[THREAD_LANES];
+  struct harness_params p;
+  struct byte_source src;
+  struct harness *h;
+  bool ok;
+
+  seed_params (g, seed, &p, &src);
+  p.lanes = THREAD_LANES;
+  watch ("threads %s seed %" PRIu64, g->name, seed);
+  if ((h = harness_new (&p)) == NULL)
+    return false;
+  for (unsigned i = 0; i < THREAD_LANES; i++) {
+    jobs[i] = (struct lane_job) { .h = h, .lane = i, .seed = seed };
+    if (pthread_create (&threads[i], NULL, lane_main, &jobs[i]) != 0) {
+      perror ("pthread_create");
+      exit (EXIT_FAILURE);
+    }
+  }
+  for (unsigned i = 0; i < THREAD_LANES; i++)
+    pthread_join (threads[i], NULL);
+  if (harness_max_flush_ns (h) > threaded_flush_ns_max)
+    threaded_flush_ns_max = harness_max_flush_ns (h);
+  ok = harness_flush_all (h);
+  ok = harness_finish (h) && ok;
+  if (!ok) {
+    printf ("# threads %s seed %" PRIu64 " failed\n", g->name, seed);
+    harness_report (h, stdout, REPORT_OPS);
+  }
+  harness_free (h);
+  return ok;
+}
+
+static void
+run_threaded_group (const struct group *g)
+{
+  uint64_t first = opt.first_seed, last = first + THREAD_SEEDS;
+  uint64_t failed = UINT64_MAX;
+  double t0 = now_s ();
+
+  threaded_flush_ns_max = 0;
+  for (uint64_t s = first; s < last; s++)
+    if (!run_threaded (g, s)) {
+      failed = s;
+      break;
+    }
+  if (failed != UINT64_MAX)
+    tap_ok (false, "threads: %s, %d clients x %" PRIu64 " ops, seeds %"
+            PRIu64 "..%" PRIu64 ": seed %" PRIu64 " failed", g->name,
+            THREAD_LANES, opt.ops, first, last - 1, failed);
+  else
+    tap_ok (true, "threads: %s, %d clients x %" PRIu64 " ops, seeds %"
+            PRIu64 "..%" PRIu64 " (%.1f s, slowest FLUSH %.1f ms)",
+            g->name, THREAD_LANES, opt.ops, first, last - 1,
+            now_s () - t0, threaded_flush_ns_max / 1e6);
+}
+
+/* ------------------------------------------------------------ replays */
+
+static int
+replay_input (const char *path)
+{
+  FILE *f = fopen (path, "rb");
+  uint8_t *data = NULL;
+  size_t size = 0, cap = 0, got;
+  struct run_result r;
+
+  if (f == NULL) {
+    perror (path);
+    return EXIT_FAILURE;
+  }
+  do {
+    if (size == cap) {
+      cap = cap ? cap * 2 : 4096;
+      if ((data = realloc (data, cap)) == NULL) {
+        perror ("realloc");
+        return EXIT_FAILURE;
+      }
+    }
+    got = fread (data + size, 1, cap - size, f);
+    size += got;
+  } while (got > 0);
+  fclose (f);
+  tap_plan (1);
+  watch ("input %s", path);
+  r = run_fuzz_input (data, size, SIZE_MAX, opt.verbose, stdout);
+  tap_ok (r.fault == FAULT_NONE, "fuzz input %s (%zu bytes, %zu ops)", path,
+          size, r.ops_applied);
+  free (data);
+  return tap_done ();
+}
+
+static int
+replay_seed (uint64_t seed, const char *group)
+{
+  size_t n = 0;
+
+  for (size_t gi = 0; gi < NR_GROUPS; gi++)
+    n += group == NULL || strcmp (group, groups[gi].name) == 0;
+  if (n == 0) {
+    fprintf (stderr, "PLUGQ_MODEL_GROUP: no pair named %s\n", group);
+    return EXIT_FAILURE;
+  }
+  tap_plan (n);
+  for (size_t gi = 0; gi < NR_GROUPS; gi++) {
+    const struct group *g = &groups[gi];
+    struct harness_params p;
+    struct byte_source src;
+    char cfg[512];
+
+    if (group && strcmp (group, g->name) != 0)
+      continue;
+    seed_params (g, seed, &p, &src);
+    harness_params_format (&p, cfg, sizeof cfg);
+    printf ("# %s seed %" PRIu64 ": %s\n", g->name, seed, cfg);
+    tap_ok (run_seed (g, seed, opt.shrink), "%s seed %" PRIu64, g->name,
+            seed);
+  }
+  return tap_done ();
+}
+
+int
+main (void)
+{
+  pthread_t dog;
+  const char *input = getenv ("PLUGQ_MODEL_INPUT");
+  const char *seed = getenv ("PLUGQ_MODEL_SEED");
+  size_t nr_scenarios = sizeof scenarios / sizeof scenarios[0];
+
+  opt.seeds = (env_u64 ("PLUGQ_MODEL_SEEDS", 160) + NR_GROUPS - 1)
+    / NR_GROUPS;
+  opt.first_seed = env_u64 ("PLUGQ_MODEL_FIRST_SEED", 0);
+  opt.ops = env_u64 ("PLUGQ_MODEL_OPS", 300);
+  opt.verbose = env_u64 ("PLUGQ_MODEL_VERBOSE", 0) != 0;
+  opt.shrink = env_u64 ("PLUGQ_MODEL_SHRINK", 0) != 0;
+  opt.timeout = env_u64 ("PLUGQ_MODEL_TIMEOUT", 60);
+  if (opt.timeout == 0)
+    opt.timeout = 1;
+  if (pthread_create (&dog, NULL, watchdog, NULL) != 0) {
+    perror ("pthread_create");
+    return EXIT_FAILURE;
+  }
+  pthread_detach (dog);
+
+  if (input && *input)
+    return replay_input (input);
+  if (seed && *seed)
+    return replay_seed (strtoull (seed, NULL, 0),
+                        getenv ("PLUGQ_MODEL_GROUP"));
+
+  tap_plan (NR_GROUPS * ((opt.seeds + BATCH - 1) / BATCH) + nr_scenarios
+            + NR_GROUPS);
+  printf ("# %" PRIu64 " seeds per (elevator, ack) pair from %" PRIu64
+          ", %" PRIu64 " ops each; replay one with PLUGQ_MODEL_SEED=N\n",
+          opt.seeds, opt.first_seed, opt.ops);
+  for (size_t gi = 0; gi < NR_GROUPS; gi++)
+    run_batches (&groups[gi]);
+  for (size_t i = 0; i < nr_scenarios; i++)
+    run_scenario (&scenarios[i]);
+  for (size_t gi = 0; gi < NR_GROUPS; gi++)
+    run_threaded_group (&groups[gi]);
+  return tap_done ();
+}
