@@ -1150,10 +1150,17 @@ should_replug (const struct queue *q)
     && !q->flush.wanted && !q->stopping && q->full_waiters == 0;
 }
 
+/* While a FLUSH waits, only what it covers goes out: newer batches
+ * would keep operations in flight and hold the flush back.
+ */
 static bool
 can_dispatch (const struct queue *q)
 {
-  return q->running && q->nr_queued > 0 && q->nr_batches < q->max_in_flight;
+  const struct piece *oldest = TAILQ_FIRST (&q->by_age);
+
+  if (!q->running || oldest == NULL || q->nr_batches >= q->max_in_flight)
+    return false;
+  return !q->flush.wanted || oldest->seq <= q->flush.barrier_seq;
 }
 
 static void *
