@@ -74,6 +74,10 @@ struct backend {
    */
   uint32_t max_write;
   int max_iov;
+  /* Memory alignment the data of pwritev must have (O_DIRECT); 0 or 1
+   * when any buffer will do.
+   */
+  uint32_t buffer_align;
   /* Operations the queue may have outstanding at once (submit only). */
   unsigned max_in_flight;
   /* A zero can be queued as a fast zero: the backend zeroes a range

@@ -645,6 +645,7 @@ set_limits (struct file_backend *f)
     f->align = f->sector > DIRECT_MIN_ALIGN ? f->sector : DIRECT_MIN_ALIGN;
     f->b.limits.minimum = f->align;
     f->b.limits.preferred = f->align;
+    f->b.buffer_align = f->align;
   }
   else {
     f->align = 1;

@@ -596,7 +596,9 @@ queue_pwrite (struct queue *q, struct session *s, const void *buf,
   if (count == 0)
     return 0;
   p = piece_new (q, OP_WRITE, count, offset, flags);
-  if (p == NULL || (p->buf = data_buffer_new (buf, count)) == NULL) {
+  if (p == NULL
+      || (p->buf = data_buffer_new (buf, count,
+                                    q->backend->buffer_align)) == NULL) {
     free (p);
     errno = ENOMEM;
     return -1;

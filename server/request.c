@@ -7,23 +7,32 @@
 
 #include "request.h"
 
-/* Aligned for O_DIRECT: a merged write hands these buffers straight to
- * pwritev, and direct I/O needs every vector element aligned.
+/* Buffers for disks without alignment needs are one malloc with their
+ * header.  Aligned ones are separate: glibc serves posix_memalign from
+ * size + alignment, so a freed aligned 64 KiB buffer never fits the
+ * next one, and a stream of them fragments the heap far past
+ * queue-bytes (168 MB resident for an 8 MiB queue, reliability.bats).
  */
-#define BUFFER_ALIGN 4096
-
 struct data_buffer *
-data_buffer_new (const void *src, uint32_t size)
+data_buffer_new (const void *src, uint32_t size, uint32_t align)
 {
-  struct data_buffer *b = malloc (sizeof *b);
+  struct data_buffer *b;
   void *data;
 
-  if (b == NULL)
-    return NULL;
-  if (posix_memalign (&data, BUFFER_ALIGN, size ? size : 1) != 0) {
-    free (b);
-    errno = ENOMEM;
-    return NULL;
+  if (align <= 1) {
+    b = malloc (sizeof *b + size);
+    if (b == NULL)
+      return NULL;
+    data = b + 1;
+  }
+  else {
+    if ((b = malloc (sizeof *b)) == NULL)
+      return NULL;
+    if (posix_memalign (&data, align, size ? size : 1) != 0) {
+      free (b);
+      errno = ENOMEM;
+      return NULL;
+    }
   }
   memcpy (data, src, size);
   b->refs = 1;
@@ -45,7 +54,8 @@ data_buffer_put (struct data_buffer *b)
   if (b == NULL)
     return;
   if (atomic_fetch_sub_explicit (&b->refs, 1, memory_order_acq_rel) == 1) {
-    free (b->data);
+    if (b->data != (unsigned char *) (b + 1))
+      free (b->data);
     free (b);
   }
 }

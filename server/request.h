@@ -22,11 +22,14 @@
 struct data_buffer {
   _Atomic uint32_t refs;
   uint32_t size;
-  /* O_DIRECT-aligned data follows */
-  unsigned char *data;
+  unsigned char *data;          /* right after the header unless aligned */
 };
 
-struct data_buffer *data_buffer_new (const void *src, uint32_t size);
+/* A copy of src; its data aligned to align (a power of 2) when that is
+ * more than 1, as O_DIRECT needs.
+ */
+struct data_buffer *data_buffer_new (const void *src, uint32_t size,
+                                     uint32_t align);
 struct data_buffer *data_buffer_get (struct data_buffer *);
 void data_buffer_put (struct data_buffer *);
 
