@@ -225,3 +225,11 @@ skip_if_sanitized() {
     skip "nbdkit with a preloaded sanitizer deadlocks at exit after an error"
   fi
 }
+
+# skip_if_sanitized_memory: for tests that bound the server's memory.
+# AddressSanitizer's shadow memory and free quarantine grow RSS by design.
+skip_if_sanitized_memory() {
+  if [ -n "${PLUGQ_SANITIZED:-}" ]; then
+    skip "AddressSanitizer's quarantine and shadow memory make RSS bounds meaningless"
+  fi
+}

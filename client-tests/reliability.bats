@@ -207,6 +207,7 @@ note() {
 # before any FLUSH; with max-merge=8M everything stays queued and the
 # FLUSH's own write-out fails.
 @test "reliability: ENOSPC (tiny tmpfs), ack=queued: writes answered, FLUSH fails once per connection, no FLUSH lies" {
+  skip_if_sanitized
   mount_tiny "$T/mnt" 2M
   local mode extra
   for mode in background in-flush; do
@@ -282,6 +283,7 @@ EOF
 }
 
 @test "reliability: ENOSPC (tiny tmpfs), ack=dispatched: the failing write returns it, nothing is latched" {
+  skip_if_sanitized
   mount_tiny "$T/mnt" 2M
   make_file "$T/mnt/f.img" 16M
   # Default timer: an ack=dispatched write waits for its unplug.
@@ -333,6 +335,7 @@ EOF
 }
 
 @test "reliability: linear volume with a member on a full tiny fs: volume FLUSH fails, the other member's data is durable" {
+  skip_if_sanitized
   mount_tiny "$T/mnt" 2M
   make_file "$T/a.img" 4M
   make_file "$T/mnt/b.img" 8M
@@ -589,6 +592,7 @@ EOF
 }
 
 @test "reliability: 2000 connections opening and closing: no fd or memory growth" {
+  skip_if_sanitized_memory
   make_file "$F" 4M
   start_plugq disk=f file="$F"
   run pyrun "$(plugq_pid)" "$F" <<'EOF'
@@ -661,6 +665,7 @@ EOF
 # The bound is the server's RSS before the writers + queue-bytes + 48 MiB
 # (the data being written out, nbdkit's request buffers, stacks).
 @test "reliability: 64 writers against queue-bytes=8M: RSS within queue-bytes plus a fixed overhead; all data reads back" {
+  skip_if_sanitized_memory
   make_file "$F" 512M
   # max-merge above queue-bytes, so that the queue fills (back-pressure)
   # instead of unplugging at a merge's worth of bytes.
