@@ -40,6 +40,9 @@
 
 #define MS (UINT64_C (1000000))
 
+/* Batches a synchronous backend is given per hold of the queue lock. */
+#define SYNC_ROUND 32
+
 struct flush_state {
   bool wanted;
   uint64_t barrier_seq;         /* pieces up to here go before the flush */
@@ -73,7 +76,7 @@ struct queue {
   struct piece_tree in_flight;  /* pieces on their way, by offset */
   TAILQ_HEAD (, batch) batches;
   uint32_t nr_batches;
-  uint32_t max_in_flight;       /* batches at once: 1 unless async */
+  uint32_t max_in_flight;       /* batches taken at once */
   struct elevator_state elevator;
   uint32_t nr_queued;
   uint64_t queued_bytes;
@@ -134,7 +137,7 @@ queue_new (const char *name, struct backend *backend,
   RB_INIT (&q->in_flight);
   TAILQ_INIT (&q->batches);
   q->max_in_flight = backend->ops->submit && backend->max_in_flight > 1
-    ? backend->max_in_flight : 1;
+    ? backend->max_in_flight : SYNC_ROUND;
   q->elevator.by_offset = &q->by_offset;
   q->elevator.by_age = &q->by_age;
   q->flush.next_epoch = 1;
@@ -1025,7 +1028,10 @@ batch_requests (const struct batch *b)
   return distinct;
 }
 
-/* Under the lock: the batch is on the backend (or failed). */
+/* Under the lock: the batch is on the backend (or failed).  The caller
+ * wakes the waiters (batch_wake), once for however many batches it
+ * completed.
+ */
 static void
 batch_complete (struct queue *q, struct batch *b, int err)
 {
@@ -1061,6 +1067,11 @@ batch_complete (struct queue *q, struct batch *b, int err)
   q->nr_batches--;
   free (b->iov);
   free (b);
+}
+
+static void
+batch_wake (struct queue *q)
+{
   pthread_cond_broadcast (&q->progress);
   pthread_cond_signal (&q->dispatch_wake);
 }
@@ -1075,63 +1086,28 @@ batch_done (struct backend_io *io, int err)
 
   pthread_mutex_lock (&q->lock);
   batch_complete (q, b, err);
+  batch_wake (q);
   pthread_mutex_unlock (&q->lock);
 }
 
-/* Called with the lock held; drops it while the backend works. */
+/* Called with the lock held; drops it while the backend takes it. */
 static void
-batch_issue (struct queue *q, struct batch *b)
+batch_submit (struct queue *q, struct batch *b)
 {
   struct backend *be = q->backend;
-  int err = 0;
+  int err;
 
   pthread_mutex_unlock (&q->lock);
   b->issued_ns = monotonic_ns ();
-  if (batch_prepare (b) == -1)
-    err = ENOMEM;
-  else if (be->ops->submit) {
-    b->io.done = batch_done;
-    if (be->ops->submit (be, &b->io) == 0) {
-      pthread_mutex_lock (&q->lock);
-      return;                   /* batch_done completes it */
-    }
-    err = errno ? errno : EIO;
+  if (batch_prepare (b) == 0
+      && (b->io.done = batch_done, be->ops->submit (be, &b->io)) == 0) {
+    pthread_mutex_lock (&q->lock);
+    return;                     /* batch_done completes it */
   }
-  else if (batch_run_sync (be, &b->io) == -1)
-    err = errno ? errno : EIO;
+  err = errno ? errno : EIO;
   pthread_mutex_lock (&q->lock);
   batch_complete (q, b, err);
-}
-
-/* Pieces up to the flush barrier are still queued or in flight. */
-static bool
-flush_blocked (const struct queue *q)
-{
-  const struct piece *oldest = TAILQ_FIRST (&q->by_age);
-
-  return q->nr_batches > 0
-    || (oldest && oldest->seq <= q->flush.barrier_seq);
-}
-
-static void
-backend_flush_locked (struct queue *q)
-{
-  uint64_t epoch = q->flush.next_epoch++;
-  int err = 0;
-
-  q->flush.wanted = false;
-  pthread_mutex_unlock (&q->lock);
-  if (q->backend->ops->flush (q->backend) == -1)
-    err = errno ? errno : EIO;
-  pthread_mutex_lock (&q->lock);
-  q->stats.backend_flushes++;
-  if (err) {
-    q->flush.failed_epoch = epoch;
-    q->flush.failed_errno = err;
-    log_error ("%s: backend flush failed: %s", q->name, strerror (err));
-  }
-  q->flush.done_epoch = epoch;
-  pthread_cond_broadcast (&q->progress);
+  batch_wake (q);
 }
 
 /* An unplug sends out what was queued when it happened.  Requests that
@@ -1165,6 +1141,71 @@ can_dispatch (const struct queue *q)
   return !q->flush.wanted || oldest->seq <= q->flush.barrier_seq;
 }
 
+/* A synchronous backend: every batch the elevator will give (up to
+ * SYNC_ROUND) is taken under one hold of the lock and written in one
+ * go without it.  Random writes make one-piece batches; taking the lock
+ * twice for each of them made the request threads and the dispatcher
+ * fight over it (the lock, not the backend, limited IOPS).
+ */
+static void
+dispatch_round (struct queue *q, struct batch *first)
+{
+  struct batch *round[SYNC_ROUND], *b;
+  int err[SYNC_ROUND];
+  unsigned n = 0;
+
+  round[n++] = first;
+  while (n < SYNC_ROUND && can_dispatch (q) && !should_replug (q)
+         && (b = batch_take (q)) != NULL)
+    round[n++] = b;
+  pthread_mutex_unlock (&q->lock);
+  for (unsigned i = 0; i < n; i++) {
+    round[i]->issued_ns = monotonic_ns ();
+    err[i] = 0;
+    if (batch_prepare (round[i]) == -1)
+      err[i] = ENOMEM;
+    else if (batch_run_sync (q->backend, &round[i]->io) == -1)
+      err[i] = errno ? errno : EIO;
+  }
+  pthread_mutex_lock (&q->lock);
+  for (unsigned i = 0; i < n; i++)
+    batch_complete (q, round[i], err[i]);
+  batch_wake (q);
+}
+
+/* Pieces up to the flush barrier are still queued or in flight. */
+static bool
+flush_blocked (const struct queue *q)
+{
+  const struct piece *oldest = TAILQ_FIRST (&q->by_age);
+
+  return q->nr_batches > 0
+    || (oldest && oldest->seq <= q->flush.barrier_seq);
+}
+
+static void
+backend_flush_locked (struct queue *q)
+{
+  uint64_t epoch = q->flush.next_epoch++;
+  int err = 0;
+
+  q->flush.wanted = false;
+  pthread_mutex_unlock (&q->lock);
+  if (q->backend->ops->flush (q->backend) == -1)
+    err = errno ? errno : EIO;
+  pthread_mutex_lock (&q->lock);
+  q->stats.backend_flushes++;
+  if (err) {
+    q->flush.failed_epoch = epoch;
+    q->flush.failed_errno = err;
+    log_error ("%s: backend flush failed: %s", q->name, strerror (err));
+  }
+  q->flush.done_epoch = epoch;
+  pthread_cond_broadcast (&q->progress);
+}
+
+
+
 static void *
 dispatch_thread (void *arg)
 {
@@ -1182,8 +1223,12 @@ dispatch_thread (void *arg)
       q->running = false;
       plug (q);
     }
-    else if (can_dispatch (q) && (b = batch_take (q)) != NULL)
-      batch_issue (q, b);
+    else if (can_dispatch (q) && (b = batch_take (q)) != NULL) {
+      if (q->backend->ops->submit)
+        batch_submit (q, b);
+      else
+        dispatch_round (q, b);
+    }
     else if (q->nr_queued == 0 && q->nr_batches == 0 && q->stopping)
       break;
     else {

@@ -1184,15 +1184,18 @@ test_deadline_expiry_under_stream (void)
     waited = monotonic_ns () - sr->old_queued_ns;
     printf ("# old piece dispatched after %" PRIu64 " ms, %" PRIu64
             " stream writes\n", waited / MS, atomic_load (&sr->st.steps));
+    /* The requirement is the upper bound.  It may go sooner: a dispatch
+     * round that empties the sweep wraps to it (C-LOOK); test_elevator
+     * checks that an expired piece is taken ahead of the sweep.
+     */
     ok &= CHECK (test_backend_saw (tb, TB_PWRITEV, 0));
-    ok &= CHECK (waited >= expire);
     ok &= CHECK (waited < expire + slack);
     /* ... while the stream was still going, and it keeps going. */
     ok &= stream_alive (sr);
   }
   ok = stream_stop (sr, ok, NULL);
-  tap_ok (ok, "deadline: a piece behind the head goes out at write-expire"
-          " under a continuous stream");
+  tap_ok (ok, "deadline: a piece behind the head goes out within"
+          " write-expire under a continuous stream");
 }
 
 /* A FLUSH must not wait for write-expire either: the pieces it waits
