@@ -1,0 +1,405 @@
+#!/usr/bin/python3
+"""bench/report.py: build the benchmark report from results.jsonl.
+
+  report.py quick OUT        print the issue-3 targets (and write OUT/quick.md)
+  report.py full OUT DOCS    write DOCS/benchmarks.md and DOCS/bench/*.png
+
+Nothing in the report is typed by hand: every figure is read from
+OUT/results.jsonl and OUT/machine.txt, and every ratio pairs two
+measurements taken in the same run (same run number, back to back or in the
+same pass), then shows the median over runs with the min and max.
+"""
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+
+WORKLOADS = ["seqw4k-qd1", "seqw4k-qd16", "randw4k-qd32", "seqw64k-qd16",
+             "seqw1m-qd16", "randr4k-qd16", "mix70-4k-qd16",
+             "randw4k-qd16-flush32", "randw4k-qd16-fua"]
+SERVERS = ["plugq", "plugq-noop", "plugq-unplugged", "plugq-dispatched",
+           "plugq-noop-dispatched", "plugq-unplugged-dispatched",
+           "nbdkit-file", "nbdkit-memory", "nbdkit-file-cachewb",
+           "nbd-server", "qemu-nbd"]
+BACKENDS = {"disk": "file on disk (ext4, page cache)",
+            "disk-direct": "file on disk, O_DIRECT (plugq direct=true, qemu-nbd --cache=none)",
+            "shm": "file on /dev/shm (tmpfs)",
+            "memory": "memory (RAM inside the server)"}
+# The stock server each backend's plugq is compared with first.
+REFERENCE = {"disk": "nbdkit-file", "shm": "nbdkit-file",
+             "memory": "nbdkit-memory", "disk-direct": "plugq-unplugged"}
+
+
+# --- loading and small statistics -------------------------------------------
+
+def load(out):
+    path = os.path.join(out, "results.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def machine(out):
+    path = os.path.join(out, "machine.txt")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def pick(recs, **want):
+    return [r for r in recs if all(r.get(k) == v for k, v in want.items())]
+
+
+def by_run(recs, key):
+    """run number -> value, for the records that have the key."""
+    return {r["run"]: r[key] for r in recs if key in r}
+
+
+def spread(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return statistics.median(values), min(values), max(values)
+
+
+def fmt_num(v, digits=None):
+    if digits is None:
+        digits = 0 if abs(v) >= 100 else 1 if abs(v) >= 10 else 2 if abs(v) >= 1 else 3
+    return f"{v:,.{digits}f}"
+
+
+def fmt_spread(s, digits=None, suffix=""):
+    if s is None:
+        return "–"
+    med, lo, hi = s
+    if lo == hi:
+        return fmt_num(med, digits) + suffix
+    return f"{fmt_num(med, digits)}{suffix} ({fmt_num(lo, digits)}–{fmt_num(hi, digits)})"
+
+
+def paired_ratio(num_recs, den_recs, key="iops"):
+    """Per-run ratio num/den for runs where both exist."""
+    num, den = by_run(num_recs, key), by_run(den_recs, key)
+    return [num[r] / den[r] for r in sorted(num) if r in den and den[r]]
+
+
+def cpu_per_mreq(r):
+    if r.get("reqs"):
+        return r["server_cpu_s"] / r["reqs"] * 1e6
+    return None
+
+
+def derived(recs, fn):
+    return spread([fn(r) for r in recs])
+
+
+def table(header, rows):
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "|".join("---:" if i else "---" for i in range(len(header))) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def noise_line(recs):
+    other = spread([r.get("other_cpu_pct") for r in recs])
+    steal = spread([r.get("steal_pct") for r in recs])
+    loads = [r.get("loadavg_before", "") for r in recs] + [r.get("loadavg_after", "") for r in recs]
+    load1 = spread([float(str(l).split("/")[0]) for l in loads if l])
+    return (f"Other CPU during runs (% of one core, not server nor client; includes "
+            f"other users' jobs and kernel writeback): median {fmt_spread(other, 1)}; "
+            f"steal {fmt_spread(steal, 1)} %; 1-min load average {fmt_spread(load1, 2)} "
+            f"(server and client alone load about 2).")
+
+
+# --- issue 3 targets (quick mode, and a section of the full report) -----------
+
+def target_rows(recs):
+    """(figure, measured spread, target, met?) for the issue-3 targets."""
+    def cell(server, backend, wl):
+        return pick(recs, server=server, backend=backend, workload=wl)
+    rows = []
+    plugq_a = cell("plugq", "disk-direct", "seqw4k-qd16")
+    merge = spread([r.get("reqs_per_backend_op") for r in plugq_a])
+    rows.append(("(a) 4k seq write QD16, file direct=true: client writes per backend write",
+                 merge, 16))
+    rows.append(("(a) plugq / plugq unplug-thresh=1, IOPS",
+                 spread(paired_ratio(plugq_a, cell("plugq-unplugged", "disk-direct", "seqw4k-qd16"))), 4))
+    rows.append(("(a) plugq direct=true / nbdkit file (page cache), IOPS",
+                 spread(paired_ratio(plugq_a, cell("nbdkit-file", "disk", "seqw4k-qd16"))), None))
+    rows.append(("(b) 4k randwrite QD32, memory: plugq / nbdkit memory, IOPS",
+                 spread(paired_ratio(cell("plugq", "memory", "randw4k-qd32"),
+                                     cell("nbdkit-memory", "memory", "randw4k-qd32"))), 0.9))
+    for wl, what in (("randw4k-qd16-flush32", "FLUSH every 32 writes"),
+                     ("randw4k-qd16-fua", "FUA on every write")):
+        mine = cell("plugq", "disk", wl)
+        rows.append((f"(c) 4k randwrite QD16 + {what}, file: plugq / nbdkit file, IOPS",
+                     spread(paired_ratio(mine, cell("nbdkit-file", "disk", wl))), 2))
+        rows.append((f"(c) {what}: backend flushes per client flush/FUA",
+                     spread([r.get("backend_flushes_per_sync") for r in mine]), None))
+    return rows
+
+
+def targets_table(recs):
+    rows = []
+    for what, s, target in target_rows(recs):
+        met = "–" if s is None or target is None else ("yes" if s[0] >= target else "**no**")
+        rows.append((what, fmt_spread(s), f"≥ {target}" if target else "", met))
+    return table(["figure (median over runs, min–max)", "measured", "target", "met"], rows)
+
+
+def raw_quick_table(recs):
+    rows = []
+    for r in sorted(recs, key=lambda r: (r["workload"], r["server"], r["run"])):
+        rows.append((r["workload"], r["server"], r["backend"], r["run"], fmt_num(r["iops"]),
+                     r.get("lat_us_p50", "–"), r.get("lat_us_p99", "–"),
+                     r.get("reqs_per_backend_op", "–"), r.get("backend_flushes_per_sync", "–"),
+                     r.get("other_cpu_pct", "–"), f'{r.get("loadavg_before")} → {r.get("loadavg_after")}'))
+    return table(["workload", "server", "backend", "run", "IOPS", "p50 µs", "p99 µs",
+                  "client/backend writes", "backend flushes/sync", "other CPU %",
+                  "loadavg"], rows)
+
+
+def quick(out):
+    recs = pick(load(out), suite="quick")
+    text = "\n\n".join([
+        "# plugq issue-3 targets (QUICK=1)",
+        "\n".join("    " + l for l in machine(out)),
+        targets_table(recs),
+        noise_line(recs),
+        "## Every measurement",
+        raw_quick_table(recs)]) + "\n"
+    with open(os.path.join(out, "quick.md"), "w") as f:
+        f.write(text)
+    print(text)
+
+
+# --- the full report -----------------------------------------------------------
+
+def matrix_rows(recs, backend):
+    rows = []
+    for wl in WORKLOADS:
+        for server in SERVERS:
+            cell = pick(recs, backend=backend, workload=wl, server=server)
+            if not cell:
+                continue
+            rows.append((wl, server,
+                         fmt_spread(spread([r["iops"] for r in cell])),
+                         fmt_spread(spread([r["MiBps"] for r in cell])),
+                         fmt_spread(spread([r["lat_us_p50"] for r in cell])),
+                         fmt_spread(spread([r["lat_us_p99"] for r in cell])),
+                         fmt_spread(spread([r.get("backend_ops_per_req") for r in cell])),
+                         fmt_spread(spread([r.get("backend_flushes_per_sync") for r in cell])),
+                         fmt_spread(derived(cell, cpu_per_mreq)),
+                         fmt_spread(spread([r.get("other_cpu_pct") for r in cell]), 0)))
+    return rows
+
+
+def matrix_section(recs, backend, plots):
+    header = ["workload", "server", "IOPS", "MiB/s", "p50 µs", "p99 µs",
+              "backend ops / client op", "backend flushes / sync",
+              "server CPU s / M req", "other CPU %"]
+    parts = [f"### {BACKENDS.get(backend, backend)}", table(header, matrix_rows(recs, backend))]
+    parts += [f"![{backend} {what}](bench/{name})" for what, name in plots]
+    return "\n\n".join(parts)
+
+
+def ratio_section(recs, backend):
+    """plugq (deadline, ack=queued) over every other server on this backend."""
+    others = [s for s in SERVERS if s != "plugq" and pick(recs, backend=backend, server=s)]
+    rows = []
+    for wl in WORKLOADS:
+        mine = pick(recs, backend=backend, workload=wl, server="plugq")
+        if not mine:
+            continue
+        rows.append([wl] + [fmt_spread(spread(paired_ratio(
+            mine, pick(recs, backend=backend, workload=wl, server=s)))) for s in others])
+    if not rows or not others:
+        return ""
+    return (f"#### plugq IOPS as a ratio of each server, {backend} (same run, median (min–max))\n\n"
+            + table(["workload"] + [f"÷ {s}" for s in others], rows))
+
+
+def isolation_section(recs):
+    rows = []
+    for server in SERVERS:
+        on = pick(recs, server=server, mode="flush")
+        off = pick(recs, server=server, mode="noflush")
+        if not on or not off:
+            continue
+        rows.append((server,
+                     fmt_spread(spread([r["others_iops"] for r in off])),
+                     fmt_spread(spread([r["others_iops"] for r in on])),
+                     fmt_spread(spread(paired_ratio(on, off, "others_iops")), 3),
+                     fmt_spread(spread([r["first_flushes"] / r["runtime"] for r in on])),
+                     fmt_spread(spread([r.get("other_cpu_pct") for r in on + off]), 0)))
+    if not rows:
+        return "No isolation results."
+    return table(["server", "7 writers, IOPS without flushing", "with disk 0 flushed every ms",
+                  "ratio (same run)", "flushes/s on disk 0", "other CPU %"], rows)
+
+
+def scale_points(recs, server):
+    pts = []
+    for n in sorted({r["disks"] for r in recs}):
+        cell = pick(recs, server=server, disks=n)
+        if cell:
+            pts.append((n, spread([r["iops"] for r in cell]),
+                        spread([r["rss_kb"] / 1024.0 for r in cell])))
+    return pts
+
+
+def scale_section(recs):
+    rows = []
+    for server in SERVERS:
+        for n, iops, rss in scale_points(recs, server):
+            rows.append((server, n, fmt_spread(iops), fmt_spread(rss, 1)))
+    if not rows:
+        return "No scale results."
+    return table(["server", "disks", "total IOPS (4k randwrite, QD4 each)", "server RSS MiB"], rows)
+
+
+def volflush_section(recs):
+    if not recs:
+        return "No volume flush results (needs the plugin with linear volumes)."
+    rows = []
+    for writes in sorted({r["writes_per_member"] for r in recs}):
+        cell = pick(recs, writes_per_member=writes)
+        rows.append([f"{writes} × 4 KiB"] + [fmt_spread(spread([r[k] for r in cell])) for k in (
+            "vol_flush_ms", "member_flush_ms_max", "member_flush_ms_sum", "vol_over_slowest")])
+    return table(["queued per member", "volume flush ms", "slowest member's own flush ms",
+                  "sum of members' flushes ms", "volume / slowest (target ≤ 1.5)"], rows)
+
+
+# --- plots ----------------------------------------------------------------------
+
+def gnuplot(script, cwd):
+    subprocess.run(["gnuplot"], input=script, text=True, cwd=cwd, check=True)
+
+
+def bar_plot(recs, backend, key, ylabel, name, outdir):
+    servers = [s for s in SERVERS if pick(recs, backend=backend, server=s)]
+    wls = [w for w in WORKLOADS if pick(recs, backend=backend, workload=w)]
+    if not servers or not wls:
+        return None
+    dat = os.path.join(outdir, name + ".dat")
+    with open(dat, "w") as f:
+        f.write("workload " + " ".join(servers) + "\n")
+        for wl in wls:
+            vals = [spread([r[key] for r in pick(recs, backend=backend, workload=wl, server=s)])
+                    for s in servers]
+            f.write(wl + " " + " ".join("?" if v is None else f"{v[0]:.3f}" for v in vals) + "\n")
+    gnuplot(f"""set terminal pngcairo size 1100,480 font ",9"
+set output "{name}.png"
+set title "{ylabel}, {backend} (median of runs)"
+set style data histogram
+set style histogram cluster gap 1
+set style fill solid 0.8 border -1
+set datafile missing "?"
+set logscale y
+set ylabel "{ylabel} (log)"
+set xtics rotate by -25
+set key outside right top
+set grid ytics
+plot for [i=2:{len(servers) + 1}] "{name}.dat" using i:xtic(1) title columnheader(i)
+""", outdir)
+    return name + ".png"
+
+
+def scale_plot(recs, outdir):
+    servers = [s for s in SERVERS if pick(recs, server=s)]
+    if not servers:
+        return None
+    for s in servers:
+        with open(os.path.join(outdir, f"scale-{s}.dat"), "w") as f:
+            for n, iops, rss in scale_points(recs, s):
+                f.write(f"{n} {iops[0]:.0f} {rss[0]:.1f}\n")
+    iops = ", ".join(f'"scale-{s}.dat" using 1:2 with linespoints title "{s} IOPS"' for s in servers)
+    rss = ", ".join(f'"scale-{s}.dat" using 1:3 with linespoints axes x1y2 dashtype 2 title "{s} RSS"'
+                    for s in servers)
+    gnuplot(f"""set terminal pngcairo size 900,420 font ",9"
+set output "scale.png"
+set title "N disks, one 4k randwrite QD4 writer each"
+set logscale x 2
+set xlabel "disks"
+set ylabel "total IOPS"
+set y2label "server RSS MiB"
+set ytics nomirror
+set y2tics
+set key outside right top
+set grid
+plot {iops}, {rss}
+""", outdir)
+    return "scale.png"
+
+
+def make_plots(recs, outdir):
+    os.makedirs(outdir, exist_ok=True)
+    if shutil.which("gnuplot") is None:
+        return {}, None
+    plots = {}
+    matrix = pick(recs, suite="matrix")
+    for backend in BACKENDS:
+        got = [(what, bar_plot(matrix, backend, key, what, f"{key}-{backend}", outdir))
+               for key, what in (("iops", "IOPS"), ("lat_us_p99", "p99 latency µs"))]
+        plots[backend] = [(w, n) for w, n in got if n]
+    return plots, scale_plot(pick(recs, suite="scale"), outdir)
+
+
+# --- assembling the page -------------------------------------------------------
+
+def full(out, docs):
+    recs = load(out)
+    plots, scale_png = make_plots(recs, os.path.join(docs, "bench"))
+    matrix = pick(recs, suite="matrix")
+    backends = [b for b in BACKENDS if pick(matrix, backend=b)]
+    parts = [
+        "# plugq benchmarks",
+        "Generated by `make bench` (bench/run.sh, bench/report.py) from "
+        "`bench/out/results.jsonl`; do not edit by hand. Each cell is the median of "
+        "the runs with (min–max). Ratios pair two measurements of the same run.",
+        "## Machine and settings",
+        "\n".join("    " + l for l in machine(out)),
+        "## Noise",
+        noise_line(recs) + " The machine is shared: compare servers within one run "
+        "(the ratio tables), not across reports.",
+        "## Issue 3 targets",
+        targets_table(matrix),
+        "## Throughput, latency, merging and CPU",
+        "Backend ops / client op and backend flushes / sync come from plugq's stats "
+        "(write.backend_ops / write.requests, flush.backend_flushes / (flush.requests + "
+        "fua_requests)); CPU is the server process tree's utime+stime from /proc.",
+    ]
+    for b in backends:
+        parts.append(matrix_section(matrix, b, plots.get(b, [])))
+        ratios = ratio_section(matrix, b)
+        if ratios:
+            parts.append(ratios)
+    parts += ["## Isolation: one disk flushed every millisecond",
+              "8 file disks on ext4, one nbdbench 4k randwrite writer each; disk 0's writer "
+              "also sends a FLUSH every 1 ms.", isolation_section(pick(recs, suite="isolation")),
+              "## Scale: many disks in one server", scale_section(pick(recs, suite="scale"))]
+    if scale_png:
+        parts.append(f"![scale](bench/{scale_png})")
+    parts += ["## Linear volume flush (8 file members, data queued on each)",
+              volflush_section(pick(recs, suite="volflush"))]
+    os.makedirs(docs, exist_ok=True)
+    with open(os.path.join(docs, "benchmarks.md"), "w") as f:
+        f.write("\n\n".join(parts) + "\n")
+    print(f"wrote {os.path.join(docs, 'benchmarks.md')}")
+
+
+def main(argv):
+    if len(argv) >= 3 and argv[1] == "quick":
+        quick(argv[2])
+    elif len(argv) >= 4 and argv[1] == "full":
+        full(argv[2], argv[3])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,158 @@
+#!/usr/bin/python3
+"""bench/results.py: turn raw client and server output into key=value pairs,
+and append finished measurements to a JSON-lines results file.
+
+The bash scripts run things; every file format (fio JSON, nbdbench's line,
+plugq's stats JSON) is read here, with the json module, in one place.
+
+  results.py fio FIO.json             -> iops MiBps lat_us_p50 ... reqs
+  results.py nbdbench OUT.txt         -> the line's pairs plus reqs
+  results.py plugq BEFORE.json AFTER.json  -> counter deltas of every disk
+  results.py stats-time STATS.json    -> the snapshot's timestamp (0 if none)
+  results.py emit RESULTS.jsonl k=v ...   -> one JSON object per line
+"""
+import json
+import sys
+
+KINDS = ("read", "write", "zero", "trim")
+COUNTERS = ("requests", "merges", "backend_ops", "bytes", "backend_bytes",
+            "ticks_us")
+UNPLUG_CAUSES = ("timer", "threshold", "sync", "flush", "full", "drain")
+
+
+def pairs(d):
+    return " ".join(f"{k}={v}" for k, v in d.items())
+
+
+def fio_pairs(path):
+    """Sum the job's directions: fio reports a 70/30 mix per direction, and
+    with unified_rw_reporting=mixed under "mixed"."""
+    with open(path) as f:
+        text = f.read()
+    # fio may print notices before the JSON even with --output.
+    job = json.loads(text[text.index("{"):])["jobs"][0]
+    dirs = [job[d] for d in ("mixed", "read", "write")
+            if d in job and job[d].get("total_ios", 0) > 0]
+    if not dirs:
+        raise SystemExit(f"{path}: no I/O in fio output")
+    lat = dirs[0]["lat_ns"]
+    pct = lat.get("percentile", {})
+    us = lambda key: pct.get(key, 0) / 1000.0
+    return {
+        "iops": round(sum(d["iops"] for d in dirs)),
+        "MiBps": round(sum(d["bw_bytes"] for d in dirs) / 1048576.0, 2),
+        "reqs": sum(d["total_ios"] for d in dirs),
+        "lat_us_p50": round(us("50.000000"), 1),
+        "lat_us_p99": round(us("99.000000"), 1),
+        "lat_us_p999": round(us("99.900000"), 1),
+        "lat_us_max": round(lat.get("max", 0) / 1000.0, 1),
+        "errors": job.get("error", 0),
+    }
+
+
+def nbdbench_pairs(path):
+    with open(path) as f:
+        lines = [l for l in f.read().splitlines() if l.startswith("mode=")]
+    if not lines:
+        raise SystemExit(f"{path}: no nbdbench result line")
+    d = dict(kv.split("=", 1) for kv in lines[-1].split())
+    d["reqs"] = int(d["reads"]) + int(d["writes"])
+    return d
+
+
+def load_stats(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {"disks": []}
+
+
+def disk_counters(disk):
+    """Flatten one disk's counters that the bench needs."""
+    c = {}
+    for kind in KINDS:
+        for name in COUNTERS:
+            c[f"{kind}.{name}"] = disk.get(kind, {}).get(name, 0)
+    c["flush.requests"] = disk.get("flush", {}).get("requests", 0)
+    c["flush.backend_flushes"] = disk.get("flush", {}).get("backend_flushes", 0)
+    c["fua_requests"] = disk.get("fua_requests", 0)
+    c["plugs"] = disk.get("plugs", 0)
+    for cause in UNPLUG_CAUSES:
+        c[f"unplugs.{cause}"] = disk.get("unplugs", {}).get(cause, 0)
+    return c
+
+
+def summed(stats):
+    total = {}
+    for disk in stats.get("disks", []):
+        for k, v in disk_counters(disk).items():
+            total[k] = total.get(k, 0) + v
+    return total
+
+
+def plugq_pairs(before_path, after_path):
+    """Counter deltas over the measured window, summed over all disks; the
+    ratios the report shows are computed here once."""
+    before, after = summed(load_stats(before_path)), summed(load_stats(after_path))
+    if not after:
+        return {"plugq_stats": 0}
+    d = {k: v - before.get(k, 0) for k, v in after.items()}
+    out = {"plugq_stats": 1}
+    for k in ("write.requests", "write.backend_ops", "write.merges",
+              "read.requests", "read.backend_ops", "read.merges",
+              "flush.requests", "flush.backend_flushes", "fua_requests",
+              "plugs", *(f"unplugs.{c}" for c in UNPLUG_CAUSES)):
+        out["q_" + k.replace(".", "_")] = d.get(k, 0)
+    reqs = d["read.requests"] + d["write.requests"]
+    ops = d["read.backend_ops"] + d["write.backend_ops"]
+    if reqs:
+        out["backend_ops_per_req"] = round(ops / reqs, 4)
+    if ops:
+        out["reqs_per_backend_op"] = round(reqs / ops, 2)
+    syncs = d["flush.requests"] + d["fua_requests"]
+    if syncs:
+        out["backend_flushes_per_sync"] = round(d["flush.backend_flushes"] / syncs, 4)
+    return out
+
+
+def stats_time(path):
+    return load_stats(path).get("timestamp", 0)
+
+
+def number(v):
+    for conv in (int, float):
+        try:
+            return conv(v)
+        except ValueError:
+            pass
+    return v
+
+
+def emit(path, kvs):
+    rec = {}
+    for kv in kvs:
+        k, _, v = kv.partition("=")
+        rec[k] = number(v)
+    with open(path, "a") as f:
+        f.write(json.dumps(rec, sort_keys=True) + "\n")
+
+
+def main(argv):
+    cmd, args = argv[1], argv[2:]
+    if cmd == "fio":
+        print(pairs(fio_pairs(args[0])))
+    elif cmd == "nbdbench":
+        print(pairs(nbdbench_pairs(args[0])))
+    elif cmd == "plugq":
+        print(pairs(plugq_pairs(args[0], args[1])))
+    elif cmd == "stats-time":
+        print(stats_time(args[0]))
+    elif cmd == "emit":
+        emit(args[0], args[1:])
+    else:
+        raise SystemExit(f"unknown command {cmd}")
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,181 @@
+# bench/servers.sh: start and stop the servers under test (sourced).
+#
+# Every server listens on a unix socket only (TCP costs 15-25 % here and
+# would reach beyond this machine's loopback for nothing).
+#
+#   server_supports NAME BACKEND      -> exit status
+#   start_server NAME BACKEND [N]     -> SRV_PID, SRV_URIS (N exports), SRV_STATS
+#   stop_server                       -> waits until the process is gone
+#
+# NAME:    plugq plugq-noop plugq-unplugged (deadline/noop/unplug-thresh=1,
+#          ack=queued) and the same with -dispatched (ack=dispatched);
+#          nbdkit-file nbdkit-memory nbdkit-file-cachewb nbd-server qemu-nbd
+# BACKEND: disk (file on $WORK, page cache), disk-direct (same file with
+#          O_DIRECT), shm (file on /dev/shm), memory (RAM inside the server)
+#
+# Needs: RUNDIR, WORK, SHM, SIZE, PLUGIN (for plugq), lib.sh.
+
+# Keys every plugq variant gets; PLUGQ_ARGS adds more (e.g. unplug-delay=1ms).
+plugq_variant_args() {
+  local name=$1 elevator=deadline thresh='' ack=queued
+  case $name in
+    *-dispatched) ack=dispatched; name=${name%-dispatched} ;;
+  esac
+  case $name in
+    plugq) ;;
+    plugq-noop) elevator=noop ;;
+    plugq-unplugged) thresh=unplug-thresh=1 ;;
+    *) return 1 ;;
+  esac
+  echo "elevator=$elevator ack=$ack $thresh ${PLUGQ_ARGS:-}"
+}
+
+server_supports() {
+  local name=$1 backend=$2
+  case $name:$backend in
+    plugq*:disk|plugq*:disk-direct|plugq*:shm|plugq*:memory) ;;
+    nbdkit-file:disk|nbdkit-file:shm) ;;
+    nbdkit-memory:memory) ;;
+    nbdkit-file-cachewb:disk) ;;
+    nbd-server:disk|nbd-server:shm) ;;
+    qemu-nbd:disk|qemu-nbd:disk-direct|qemu-nbd:shm) ;;
+    *) return 1 ;;
+  esac
+  # A plugq variant needs the built plugin.
+  case $name in plugq*) [ -n "${PLUGIN:-}" ] && [ -f "$PLUGIN" ] ;; esac
+}
+
+backing_dir() {
+  case $1 in
+    disk|disk-direct) echo "$WORK" ;;
+    shm) echo "$SHM" ;;
+    *) return 1 ;;
+  esac
+}
+
+# backing_path BACKEND I: the file behind export I (same name for every
+# server, so nbdkit file dir= exports it as "diskI.img").
+backing_path() { echo "$(backing_dir "$1")/disk$2.img"; }
+
+SRV_PID=
+SRV_SOCK=
+SRV_STATS=
+SRV_URIS=()
+
+# wait_for_file PATH [TRIES]: pidfiles and sockets appear after listen().
+wait_for_file() {
+  local i
+  for ((i = 0; i < ${2:-200}; i++)); do
+    [ -s "$1" ] || [ -S "$1" ] && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
+plugq_cmd() {
+  local name=$1 backend=$2 n=$3 i extra
+  extra=$(plugq_variant_args "$name") || return 1
+  # Queue keys before any disk= are the defaults for every disk.
+  echo "$PLUGIN $extra stats=$SRV_STATS stats-interval=${STATS_INTERVAL:-200ms}"
+  for ((i = 0; i < n; i++)); do
+    case $backend in
+      memory) echo "disk=d$i memory=$SIZE" ;;
+      disk-direct) echo "disk=d$i file=$(backing_path disk "$i") direct=true" ;;
+      *) echo "disk=d$i file=$(backing_path "$backend" "$i")" ;;
+    esac
+  done
+  echo "${PLUGQ_TAIL:-}"
+}
+
+# start_nbdkit ARGS...: foreground nbdkit in the background, so its log
+# stays ours and its pid is the process that does the work.
+start_nbdkit() {
+  nbdkit -f -U "$SRV_SOCK" -P "$RUNDIR/pid" "$@" \
+    </dev/null >>"$RUNDIR/server.log" 2>&1 &
+  wait_for_file "$RUNDIR/pid" || return 1
+  SRV_PID=$(cat "$RUNDIR/pid")
+}
+
+start_nbd_server() {
+  local backend=$1 n=$2 i
+  {
+    printf '[generic]\nunixsock = %s\n' "$SRV_SOCK"
+    for ((i = 0; i < n; i++)); do
+      printf '[disk%d.img]\nexportname = %s\nflush = true\nfua = true\ntrim = true\n' \
+        "$i" "$(backing_path "$backend" "$i")"
+    done
+  } > "$RUNDIR/nbd-server.conf"
+  nbd-server -C "$RUNDIR/nbd-server.conf" -p "$RUNDIR/pid" \
+    >>"$RUNDIR/server.log" 2>&1 || return 1
+  wait_for_file "$SRV_SOCK" && wait_for_file "$RUNDIR/pid" || return 1
+  SRV_PID=$(cat "$RUNDIR/pid")
+}
+
+start_qemu_nbd() {
+  local backend=$1 cache=writeback
+  [ "$backend" = disk-direct ] && cache=none
+  qemu-nbd -f raw -k "$SRV_SOCK" -t -e 16 --pid-file="$RUNDIR/pid" --fork \
+    --cache=$cache --aio=threads --discard=unmap -x disk0.img \
+    "$(backing_path "${backend/-direct/}" 0)" >>"$RUNDIR/server.log" 2>&1 || return 1
+  wait_for_file "$RUNDIR/pid" || return 1
+  SRV_PID=$(cat "$RUNDIR/pid")
+}
+
+# Export names: plugq "dI", nbd-server and nbdkit file dir= "diskI.img".
+set_uris() {
+  local name=$1 n=$2 i ename
+  SRV_URIS=()
+  for ((i = 0; i < n; i++)); do
+    case $name in
+      plugq*) ename=d$i ;;
+      nbdkit-memory|nbdkit-file-cachewb) ename='' ;;
+      nbdkit-file) [ "$n" -gt 1 ] && ename=disk$i.img || ename='' ;;
+      *) ename=disk$i.img ;;
+    esac
+    SRV_URIS+=("nbd+unix:///$ename?socket=$SRV_SOCK")
+  done
+}
+
+start_server() {
+  local name=$1 backend=$2 n=${3:-1}
+  server_supports "$name" "$backend" || return 1
+  mkdir -p "$RUNDIR"
+  SRV_SOCK=$RUNDIR/sock SRV_STATS='' SRV_PID=
+  rm -f "$SRV_SOCK" "$RUNDIR/pid" "$RUNDIR/stats.json"
+  echo "=== $(date +%T) start $name $backend x$n" >>"$RUNDIR/server.log"
+  case $name in
+    plugq*)
+      SRV_STATS=$RUNDIR/stats.json
+      # shellcheck disable=SC2046 # one word per key=value, by design
+      start_nbdkit $(plugq_cmd "$name" "$backend" "$n") ;;
+    nbdkit-memory) start_nbdkit memory "$SIZE" ;;
+    nbdkit-file)
+      if [ "$n" -gt 1 ]; then start_nbdkit file dir="$(backing_dir "$backend")"
+      else start_nbdkit file "$(backing_path "$backend" 0)"; fi ;;
+    nbdkit-file-cachewb)
+      TMPDIR=$WORK start_nbdkit --filter=cache file "$(backing_path disk 0)" cache=writeback ;;
+    nbd-server) start_nbd_server "$backend" "$n" ;;
+    qemu-nbd) start_qemu_nbd "$backend" ;;
+  esac || { log "could not start $name on $backend (see $RUNDIR/server.log)"; return 1; }
+  set_uris "$name" "$n"
+}
+
+# stop_server: SIGTERM lets plugq drain its queues and write its final
+# stats; nbdkit 1.32 leaves its socket behind, so remove it ourselves.
+stop_server() {
+  local pids i
+  [ -n "$SRV_PID" ] || return 0
+  pids=$(descendants "$SRV_PID")
+  kill -TERM $pids 2>/dev/null
+  for ((i = 0; i < 1200; i++)); do
+    kill -0 "$SRV_PID" 2>/dev/null || break
+    sleep 0.05
+  done
+  if kill -0 "$SRV_PID" 2>/dev/null; then
+    log "server $SRV_PID ignored SIGTERM for 60 s; killing it"
+    kill -KILL $pids 2>/dev/null
+  fi
+  wait "$SRV_PID" 2>/dev/null
+  rm -f "$SRV_SOCK"
+  SRV_PID=
+}
