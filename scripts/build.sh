@@ -4,7 +4,7 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 builddir=$1; shift
 if [ ! -x "$top/configure" ] || [ "$top/configure.ac" -nt "$top/configure" ]; then
-  (cd "$top" && autoreconf -fi >/dev/null)
+  (cd "$top" && { autoreconf -fi >/dev/null 2>&1 || autoreconf -fi; })
 fi
 mkdir -p "$builddir"
 cd "$builddir"
