@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "elevator.h"
 #include "linear.h"
 #include "log.h"
 #include "queue.h"
@@ -788,6 +789,120 @@ test_limits (void)
   tap_ok (ok, "a volume's block limits are the strictest of its members'");
 }
 
+/* ------------------------------------------------------------ model */
+
+/* The queue's model test, on a volume: random writes, zeroes, trims,
+ * FUA writes, flushes and reads over a table of sub-ranges (so every
+ * member boundary and member-relative offset is exercised), read back
+ * through the volume against a flat array after every operation, and at
+ * the end through every member's own queue and on its backend.
+ */
+static uint64_t
+rand_below (unsigned *state, uint64_t n)
+{
+  return n ? (uint64_t) rand_r (state) % n : 0;
+}
+
+/* Mostly near a row boundary, so straddling is common. */
+static uint64_t
+random_offset (const struct vol *vol, unsigned *state)
+{
+  uint64_t start = 0, pick = rand_below (state, vol->nr + 1);
+
+  if (rand_below (state, 4) == 0)
+    return rand_below (state, vol->size);
+  for (size_t i = 0; i < pick && i < vol->nr; i++)
+    start += vol->map[i].length;
+  start += rand_below (state, 2 * KiB);
+  start = start > 1024 ? start - 1024 : 0;
+  return start < vol->size ? start : vol->size - 1;
+}
+
+static bool
+random_step (struct vol *vol, struct session *s, unsigned *state,
+             unsigned i)
+{
+  static unsigned char got[MAX_VOLUME];
+  uint64_t off = random_offset (vol, state);
+  uint64_t len = 1 + rand_below (state, 24 * KiB);
+
+  if (len > vol->size - off)
+    len = vol->size - off;
+  switch (rand_below (state, 8)) {
+  case 0: case 1: case 2:
+    return CHECK (vol_write (vol, s, off, len, i, 0) == 0);
+  case 3:
+    return CHECK (vol_write (vol, s, off, len, i, REQ_FUA) == 0);
+  case 4:
+    return CHECK (vol_zero (vol, off, len, rand_below (state, 2)
+                            ? REQ_MAY_TRIM : 0) == 0);
+  case 5:
+    return CHECK (vol_trim (vol, off, len) == 0);
+  case 6:
+    return CHECK (linear_flush (vol->l, s) == 0);
+  default:
+    return CHECK (linear_pread (vol->l, got, len, off) == 0)
+      && test_bytes_equal (got, vol->model + off, len, "volume read");
+  }
+}
+
+static bool
+random_run (const struct elevator_ops *elevator, enum ack_mode ack,
+            unsigned seed)
+{
+  static const uint64_t delays[] = { 0, 100 * 1000, TEST_HOUR };
+  static const uint32_t threshes[] = { 1, 4, 1000 };
+  unsigned state = seed;
+  struct queue_config cfg = test_config (delays[seed % 3],
+                                         threshes[(seed / 3) % 3]);
+  const struct map rows[] = {
+    { 1, 4 * KiB, 20 * KiB }, { 0, 0, 64 * KiB }, { 2, 32 * KiB, 64 * KiB },
+    { 1, 24 * KiB, 8 * KiB },
+  };
+  struct session *s = NULL;
+  bool ok;
+
+  cfg.elevator = elevator;
+  cfg.ack = ack;
+  ok = CHECK (members_start (&cfg));
+  ok = ok && CHECK (vol_build (&v, "vol", rows, 4));
+  ok = ok && CHECK ((s = session_new ()) != NULL);
+  for (unsigned i = 0; ok && i < 150; i++) {
+    ok = random_step (&v, s, &state, i);
+    if (ok) {
+      static unsigned char got[MAX_VOLUME];
+
+      ok = CHECK (linear_pread (v.l, got, v.size, 0) == 0)
+        && test_bytes_equal (got, v.model, v.size, "whole volume");
+    }
+    if (!ok)
+      printf ("# seed %u failed at op %u\n", seed, i);
+  }
+  ok = ok && vol_verify_both (&v);
+  session_free (s);
+  finish (&v);
+  return ok;
+}
+
+static void
+test_random_model (void)
+{
+  static const struct elevator_ops *const elevators[] = {
+    &elevator_deadline, &elevator_noop,
+  };
+
+  for (unsigned e = 0; e < 2; e++)
+    for (int ack = ACK_QUEUED; ack <= ACK_DISPATCHED; ack++) {
+      bool ok = true;
+
+      for (unsigned seed = 1; ok && seed <= 9; seed++)
+        ok = random_run (elevators[e], ack, seed);
+      tap_ok (ok, "model: random ops over a volume of sub-ranges match a "
+              "flat array (%s, ack=%s)", elevators[e]->name,
+              ack == ACK_QUEUED ? "queued" : "dispatched");
+    }
+}
+
 int
 main (void)
 {
@@ -806,6 +921,7 @@ main (void)
   test_member_error ();
   test_bad_tables ();
   test_limits ();
+  test_random_model ();
   /* A trailing plan: the count follows from the cases that ran. */
   tap_plan (tap_count);
   return tap_done ();
