@@ -29,6 +29,7 @@
 #include <nbdkit-plugin.h>
 
 #include "backend.h"
+#include "size_format.h"
 #include "setup.h"
 #include "elevator.h"
 #include "linear.h"
@@ -255,28 +256,6 @@ parse_bool (const char *key, const char *value, bool *r)
   nbdkit_error ("%s=%s: expected a boolean (true/false, yes/no, on/off, "
                 "1/0)", key, value);
   return -1;
-}
-
-/* Sizes for humans in descriptions: "1.0 GiB", "512 B". */
-static void
-human_size (uint64_t bytes, char *buf, size_t len)
-{
-  static const char *const units[] = {
-    "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"
-  };
-  double v = bytes;
-  size_t i = 0;
-
-  if (bytes < 1024) {
-    snprintf (buf, len, "%" PRIu64 " B", bytes);
-    return;
-  }
-  v /= 1024;
-  while (v >= 1024 && i + 1 < sizeof units / sizeof units[0]) {
-    v /= 1024;
-    i++;
-  }
-  snprintf (buf, len, "%.1f %s", v, units[i]);
 }
 
 /* ---------------------------------------------------------------- entries */
@@ -961,7 +940,7 @@ describe_disk (const struct backend *b)
   const char *desc = b->description ? b->description : b->ops->kind;
   char size[32], *s;
 
-  human_size (b->size, size, sizeof size);
+  format_size (size, sizeof size, b->size);
   if (strstr (desc, size))
     return strdup (desc);
   s = malloc (strlen (desc) + strlen (size) + 3);

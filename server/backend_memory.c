@@ -24,6 +24,7 @@
 #include <sys/uio.h>
 
 #include "backend.h"
+#include "size_format.h"
 #include "log.h"
 
 #define MEM_PAGE_SHIFT 16
@@ -414,26 +415,14 @@ static const struct backend_ops memory_ops = {
   .close = mem_close,
 };
 
-/* "1.0 GiB": what a user typed, give or take rounding. */
+/* "memory 1.0 GiB (sparse)": what a user typed, give or take rounding. */
 static char *
 describe (uint64_t size)
 {
-  static const char units[][4] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
-  char *s;
-  double v = (double) size;
-  int u = -1;
+  char text[32], *s;
 
-  while (v >= 1024 && u < 5) {
-    v /= 1024;
-    u++;
-  }
-  if (u < 0) {
-    if (asprintf (&s, "memory %" PRIu64 " B (sparse)", size) == -1)
-      return NULL;
-  }
-  else if (asprintf (&s, "memory %.1f %s (sparse)", v, units[u]) == -1)
-    return NULL;
-  return s;
+  format_size (text, sizeof text, size);
+  return asprintf (&s, "memory %s (sparse)", text) == -1 ? NULL : s;
 }
 
 static int

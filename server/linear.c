@@ -18,6 +18,7 @@
 
 #include "linear.h"
 #include "log.h"
+#include "size_format.h"
 
 static struct linear *
 linear_alloc (const char *name, bool is_volume)
@@ -124,24 +125,6 @@ linear_append_linear (struct linear *l, const struct linear *member,
       return -1;
   }
   return 0;
-}
-
-static void
-format_size (char *buf, size_t n, uint64_t bytes)
-{
-  static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB",
-                                       "PiB", "EiB" };
-  double v = bytes;
-  int u = 0;
-
-  while (v >= 1024 && u < 6) {
-    v /= 1024;
-    u++;
-  }
-  if (u == 0)
-    snprintf (buf, n, "%" PRIu64 " B", bytes);
-  else
-    snprintf (buf, n, "%.1f %s", v, units[u]);
 }
 
 static bool
