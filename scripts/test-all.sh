@@ -54,7 +54,7 @@ build() {
 unit_tests="server/tests/test_extents server/tests/test_backend_file server/tests/test_backend_memory server/tests/test_elevator server/tests/test_queue server/tests/test_linear server/tests/test_model"
 # Every client suite but the kernel guest (one run of it is enough).
 asan_client_tests=$(cd "$top" && ls client-tests/*.bats | grep -v kernel.bats | tr '\n' ' ')
-threaded_tests="server/tests/test_queue server/tests/test_linear server/tests/test_model"
+threaded_tests="server/tests/test_timer_service server/tests/test_queue server/tests/test_linear server/tests/test_model"
 
 stage "gcc -Werror: unit, model and client tests"
 build "$out/gcc" CC=gcc && run_check "$out/gcc"

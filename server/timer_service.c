@@ -34,16 +34,30 @@ static void
 start_ev_timer (struct ev_loop *loop, struct unplug_timer *t,
                 uint64_t deadline)
 {
-  uint64_t now = monotonic_ns ();
-  ev_tstamp after = deadline > now ? (deadline - now) / 1e9 : 0.;
+  for (;;) {
+    uint64_t now = monotonic_ns (), latest;
+    ev_tstamp after = deadline > now ? (deadline - now) / 1e9 : 0.;
 
-  ev_timer_stop (loop, &t->timer);
-  ev_now_update (loop);
-  ev_timer_set (&t->timer, after, 0.);
-  ev_timer_start (loop, &t->timer);
+    ev_timer_stop (loop, &t->timer);
+    ev_now_update (loop);
+    ev_timer_set (&t->timer, after, 0.);
+    ev_timer_start (loop, &t->timer);
+    atomic_store (&t->expiry_ns, deadline);
+    /* An arm that read the expiry before the store above may have
+     * skipped its wake-up for an earlier deadline: look once more.
+     */
+    latest = atomic_load (&t->deadline_ns);
+    if (latest == 0 || latest >= deadline)
+      return;
+    deadline = latest;
+  }
 }
 
-/* Loop thread: somebody moved this timer's deadline. */
+/* A plug often ends before the loop gets here: the timer is set for the
+ * cancelled deadline all the same, so that the next plugs, whose
+ * deadlines are later, find it pending and need not wake the loop.  It
+ * fires, finds nothing, and sleeps until an arm wakes it again.
+ */
 static void
 wake_cb (struct ev_loop *loop, ev_async *w, int revents)
 {
@@ -51,8 +65,8 @@ wake_cb (struct ev_loop *loop, ev_async *w, int revents)
   uint64_t deadline = atomic_load (&t->deadline_ns);
 
   if (deadline == 0)
-    ev_timer_stop (loop, &t->timer);
-  else
+    deadline = atomic_load (&t->last_deadline_ns);
+  if (deadline != 0)
     start_ev_timer (loop, t, deadline);
 }
 
@@ -61,8 +75,14 @@ static void
 timer_cb (struct ev_loop *loop, ev_timer *w, int revents)
 {
   struct unplug_timer *t = w->data;
-  uint64_t deadline = atomic_load (&t->deadline_ns);
+  uint64_t deadline;
 
+  /* No longer pending: from here an arm must wake the loop.  Cleared
+   * before the deadline is read, so an arm that saw the old expiry (and
+   * skipped the wake-up) has its deadline read here.
+   */
+  atomic_store (&t->expiry_ns, 0);
+  deadline = atomic_load (&t->deadline_ns);
   if (deadline == 0)
     return;                     /* cancelled after it was set */
   if (monotonic_ns () < deadline) {
@@ -110,6 +130,9 @@ unplug_timer_init (struct unplug_timer *t, void (*fire) (void *), void *arg)
 {
   t->service = NULL;
   atomic_init (&t->deadline_ns, 0);
+  atomic_init (&t->expiry_ns, 0);
+  atomic_init (&t->last_deadline_ns, 0);
+  atomic_init (&t->loop_wakeups, 0);
   t->fire = fire;
   t->arg = arg;
   ev_timer_init (&t->timer, timer_cb, 0., 0.);
@@ -186,12 +209,25 @@ timer_service_free (struct timer_service *ts)
   free (ts);
 }
 
+/* A queue plugs and unplugs thousands of times a second and each new
+ * deadline is later than the last, so the loop is only woken when its
+ * pending ev_timer would fire too late or not at all: an earlier one
+ * fires, finds the later deadline and sleeps on.  One wake-up per
+ * unplug-delay instead of one per plug.
+ */
 void
 unplug_timer_arm (struct unplug_timer *t, uint64_t delay_ns)
 {
-  atomic_store (&t->deadline_ns, monotonic_ns () + delay_ns);
-  if (t->service)
+  uint64_t deadline = monotonic_ns () + delay_ns;
+  uint64_t expiry;
+
+  atomic_store (&t->last_deadline_ns, deadline);
+  atomic_store (&t->deadline_ns, deadline);
+  expiry = atomic_load (&t->expiry_ns);
+  if (t->service && (expiry == 0 || expiry > deadline)) {
+    atomic_fetch_add_explicit (&t->loop_wakeups, 1, memory_order_relaxed);
     ev_async_send (t->service->loop, &t->wake);
+  }
 }
 
 /* Lazy: the pending ev_timer fires later, finds no deadline and does

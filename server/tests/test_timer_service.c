@@ -1,0 +1,205 @@
+/* plugq: unit tests for the unplug timer service.
+ *
+ * A queue arms its timer on every plug and cancels it on every unplug,
+ * thousands of times a second, so arming only wakes the libev loop when
+ * the pending ev_timer would fire too late.  These cases check that the
+ * shortcut never makes a timer fire early, late or twice, and that it
+ * does save the wake-ups.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "tap.h"
+#include "timer_service.h"
+
+#define MS (UINT64_C (1000000))
+/* Generous: a loaded machine under ThreadSanitizer is slow to wake. */
+#define SLACK_NS (400 * MS)
+
+struct probe {
+  struct unplug_timer timer;
+  _Atomic unsigned fired;
+  _Atomic uint64_t fired_ns;
+};
+
+static void
+probe_fire (void *arg)
+{
+  struct probe *p = arg;
+
+  atomic_store (&p->fired_ns, monotonic_ns ());
+  atomic_fetch_add (&p->fired, 1);
+}
+
+static void
+sleep_ns (uint64_t ns)
+{
+  struct timespec ts = { .tv_sec = ns / 1000000000,
+                         .tv_nsec = ns % 1000000000 };
+
+  nanosleep (&ts, NULL);
+}
+
+/* Polls until the probe fired n times or the deadline passed. */
+static bool
+wait_fired (struct probe *p, unsigned n, uint64_t until_ns)
+{
+  while (atomic_load (&p->fired) < n && monotonic_ns () < until_ns)
+    sleep_ns (MS / 2);
+  return atomic_load (&p->fired) >= n;
+}
+
+static struct timer_service *
+service_with (struct probe *p)
+{
+  struct timer_service *ts = timer_service_new ();
+
+  atomic_init (&p->fired, 0);
+  atomic_init (&p->fired_ns, 0);
+  unplug_timer_init (&p->timer, probe_fire, p);
+  if (ts && (timer_service_attach (ts, &p->timer) == -1
+             || timer_service_start (ts) == -1)) {
+    timer_service_free (ts);
+    return NULL;
+  }
+  return ts;
+}
+
+static void
+test_fires_once (void)
+{
+  struct probe p;
+  struct timer_service *ts = service_with (&p);
+  uint64_t start = monotonic_ns ();
+  bool ok = CHECK (ts != NULL);
+
+  if (ok)
+    unplug_timer_arm (&p.timer, 20 * MS);
+  ok = ok && CHECK (wait_fired (&p, 1, start + 20 * MS + SLACK_NS));
+  ok = ok && CHECK (atomic_load (&p.fired_ns) >= start + 20 * MS);
+  sleep_ns (50 * MS);
+  ok = ok && CHECK (atomic_load (&p.fired) == 1);
+  timer_service_free (ts);
+  tap_ok (ok, "an armed timer fires once, not before its delay");
+}
+
+/* Moved later without waking the loop: the earlier ev_timer fires,
+ * finds the later deadline and waits for it.
+ */
+static void
+test_moved_later (void)
+{
+  struct probe p;
+  struct timer_service *ts = service_with (&p);
+  uint64_t start = monotonic_ns (), last = 0;
+  bool ok = CHECK (ts != NULL);
+
+  if (ok)
+    unplug_timer_arm (&p.timer, 30 * MS);
+  for (int i = 0; ok && i < 10; i++) {
+    sleep_ns (5 * MS);
+    last = monotonic_ns ();
+    unplug_timer_arm (&p.timer, 30 * MS);
+  }
+  ok = ok && CHECK (wait_fired (&p, 1, last + 30 * MS + SLACK_NS));
+  ok = ok && CHECK (atomic_load (&p.fired_ns) >= last + 30 * MS);
+  ok = ok && CHECK (atomic_load (&p.fired_ns) > start + 80 * MS);
+  sleep_ns (50 * MS);
+  ok = ok && CHECK (atomic_load (&p.fired) == 1);
+  timer_service_free (ts);
+  tap_ok (ok, "re-armed later: fires once, at the last deadline");
+}
+
+/* Moved earlier: the loop must be woken, or the timer fires late. */
+static void
+test_moved_earlier (void)
+{
+  struct probe p;
+  struct timer_service *ts = service_with (&p);
+  uint64_t armed = 0;
+  bool ok = CHECK (ts != NULL);
+
+  if (ok) {
+    unplug_timer_arm (&p.timer, 3600 * 1000 * MS);
+    sleep_ns (5 * MS);          /* let the loop set the hour-long timer */
+    armed = monotonic_ns ();
+    unplug_timer_arm (&p.timer, 10 * MS);
+  }
+  ok = ok && CHECK (wait_fired (&p, 1, armed + 10 * MS + SLACK_NS));
+  ok = ok && CHECK (atomic_load (&p.fired_ns) >= armed + 10 * MS);
+  timer_service_free (ts);
+  tap_ok (ok, "re-armed earlier: fires at the earlier deadline");
+}
+
+static void
+test_cancel (void)
+{
+  struct probe p;
+  struct timer_service *ts = service_with (&p);
+  bool ok = CHECK (ts != NULL);
+
+  if (ok) {
+    unplug_timer_arm (&p.timer, 10 * MS);
+    unplug_timer_cancel (&p.timer);
+    sleep_ns (60 * MS);
+    ok = CHECK (atomic_load (&p.fired) == 0);
+    /* Armed again after a lazy cancel: the stale ev_timer must not
+     * stand for the new deadline once it has gone off.
+     */
+    unplug_timer_arm (&p.timer, 10 * MS);
+  }
+  ok = ok && CHECK (wait_fired (&p, 1, monotonic_ns () + 10 * MS + SLACK_NS));
+  timer_service_free (ts);
+  tap_ok (ok, "a cancelled timer does not fire; armed again, it does");
+}
+
+/* A queue's plug/unplug cycle: arm, cancel, arm a little later... */
+static void
+test_cycles_save_wakeups (void)
+{
+  struct probe p;
+  struct timer_service *ts = service_with (&p);
+  const unsigned cycles = 500;
+  uint64_t wakeups = 0;
+  bool ok = CHECK (ts != NULL);
+
+  /* Plugs a few tens of microseconds long, all within one delay. */
+  for (unsigned i = 0; ok && i < cycles; i++) {
+    unplug_timer_arm (&p.timer, 1000 * MS);
+    sleep_ns (MS / 20);
+    unplug_timer_cancel (&p.timer);
+  }
+  if (ok) {
+    wakeups = atomic_load (&p.timer.loop_wakeups);
+    /* The first arm wakes the loop; the later ones find its ev_timer
+     * pending at an earlier expiry, but for those made before the loop
+     * thread got round to setting it.
+     */
+    ok &= CHECK (wakeups >= 1 && wakeups < cycles / 4);
+    sleep_ns (1100 * MS);
+    ok &= CHECK (atomic_load (&p.fired) == 0);
+  }
+  timer_service_free (ts);
+  tap_ok (ok, "%u plug/unplug cycles woke the timer loop %" PRIu64
+          " times", cycles, wakeups);
+}
+
+int
+main (void)
+{
+  test_fires_once ();
+  test_moved_later ();
+  test_moved_earlier ();
+  test_cancel ();
+  test_cycles_save_wakeups ();
+  tap_plan (tap_count);
+  return tap_done ();
+}
