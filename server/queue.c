@@ -16,9 +16,19 @@
  * FLUSH registers a barrier at the newest sequence number and waits for
  * a backend flush that starts after every piece up to the barrier has
  * been written.  Flushes and FUA writes that arrive together share one
- * backend flush (group commit).  All backend writes and flushes of a
- * disk come from its one dispatch thread, so nothing in flight can
- * overlap a newer write, and the queue lock is never held across I/O.
+ * backend flush (group commit).
+ *
+ * A synchronous backend's writes and flushes are issued one at a time by
+ * whoever holds the disk's dispatch token.  The request thread whose
+ * arrival unplugged the queue runs it itself, as a kernel submitter does
+ * at blk_finish_plug, and so does one that would otherwise sleep (FUA,
+ * FLUSH, ack=dispatched, a full queue); the dispatch thread does what no
+ * request thread is there for (the unplug timer, a volume's flush, a
+ * backlog).  Handing every unplug to the dispatch thread cost context
+ * switches per request and left that one thread a single thread's share
+ * of the CPU against every request thread.  One holder at a time means
+ * nothing in flight can overlap a newer write, and the queue lock is
+ * never held across I/O.
  */
 #include <config.h>
 
@@ -84,6 +94,7 @@ struct queue {
 
   bool plugged;
   bool running;                 /* unplugged: dispatching */
+  bool dispatching;             /* the dispatch token is held */
   uint64_t unplug_seq;          /* an unplug sends out everything up to here */
   uint32_t full_waiters;
   bool stopping;
@@ -112,6 +123,8 @@ queue_config_defaults (struct queue_config *c)
 }
 
 static void timer_fired (void *q);
+static bool run_queue_here (struct queue *q);
+static void wait_or_work (struct queue *q);
 
 struct queue *
 queue_new (const char *name, struct backend *backend,
@@ -192,7 +205,16 @@ unplug_locked (struct queue *q, enum unplug_cause cause)
   }
   q->running = true;
   q->unplug_seq = q->next_seq;
-  pthread_cond_signal (&q->dispatch_wake);
+}
+
+/* Wakes the dispatch thread for work no request thread will do.  While
+ * the token is held, its holder looks again before letting go.
+ */
+static void
+kick_dispatcher (struct queue *q)
+{
+  if (!q->dispatching)
+    pthread_cond_signal (&q->dispatch_wake);
 }
 
 void
@@ -200,6 +222,7 @@ queue_unplug (struct queue *q, enum unplug_cause cause)
 {
   pthread_mutex_lock (&q->lock);
   unplug_locked (q, cause);
+  kick_dispatcher (q);
   pthread_mutex_unlock (&q->lock);
 }
 
@@ -210,8 +233,10 @@ timer_fired (void *arg)
   struct queue *q = arg;
 
   pthread_mutex_lock (&q->lock);
-  if (q->plugged)
+  if (q->plugged) {
     unplug_locked (q, UNPLUG_TIMER);
+    kick_dispatcher (q);
+  }
   pthread_mutex_unlock (&q->lock);
 }
 
@@ -234,9 +259,9 @@ anticipate_idle (struct queue *q)
 }
 
 /* After a piece joined the queue: plug an idle queue, unplug on a
- * threshold or a sync trigger.
+ * threshold or a sync trigger.  True when this arrival unplugged it.
  */
-static void
+static bool
 after_insert (struct queue *q, unsigned flags, bool waiter)
 {
   if (!q->plugged && !q->running)
@@ -248,6 +273,9 @@ after_insert (struct queue *q, unsigned flags, bool waiter)
   else if (q->plugged && (q->nr_queued >= q->cfg.unplug_thresh
                           || q->queued_bytes >= q->merge_limit))
     unplug_locked (q, UNPLUG_THRESHOLD);
+  else
+    return false;
+  return true;
 }
 
 /* ------------------------------------------------------------ pieces */
@@ -386,7 +414,7 @@ wait_for_space (struct queue *q, uint64_t bytes)
     }
     unplug_locked (q, UNPLUG_FULL);
     q->full_waiters++;
-    pthread_cond_wait (&q->progress, &q->lock);
+    wait_or_work (q);
     q->full_waiters--;
   }
 }
@@ -483,7 +511,7 @@ flush_wait_locked (struct queue *q, struct session *s, uint64_t ticket)
   int err;
 
   while (q->flush.done_epoch < ticket)
-    pthread_cond_wait (&q->progress, &q->lock);
+    wait_or_work (q);
   err = q->flush.failed_epoch >= ticket ? q->flush.failed_errno : 0;
   if (err == 0)
     err = take_latched_error (q, s);
@@ -498,6 +526,7 @@ queue_flush_start (struct queue *q)
   pthread_mutex_lock (&q->lock);
   q->stats.flushes++;
   ticket = flush_start_locked (q);
+  kick_dispatcher (q);          /* a volume starts every member at once */
   pthread_mutex_unlock (&q->lock);
   return ticket;
 }
@@ -553,6 +582,7 @@ submit (struct queue *q, struct session *s, struct piece *p, unsigned flags)
   struct completion done = { .pending = 1 };
   bool wait = (flags & REQ_FUA) || q->cfg.ack == ACK_DISPATCHED;
   struct op_counters *c = &q->stats.op[p->kind];
+  bool unplugged;
   int err = 0;
 
   pthread_mutex_lock (&q->lock);
@@ -571,13 +601,15 @@ submit (struct queue *q, struct session *s, struct piece *p, unsigned flags)
   if (flags & REQ_FUA)
     q->stats.fua_requests++;
   queue_link (q, p, NULL);
-  after_insert (q, flags, wait);
+  unplugged = after_insert (q, flags, wait);
 
   if (flags & REQ_FUA)
     err = flush_wait_locked (q, s, flush_start_locked (q));
   else if (wait)
     while (done.pending > 0)
-      pthread_cond_wait (&q->progress, &q->lock);
+      wait_or_work (q);
+  else if (unplugged)
+    run_queue_here (q);
   if (wait && done.err)
     err = done.err;
   pthread_mutex_unlock (&q->lock);
@@ -1170,7 +1202,7 @@ dispatch_round (struct queue *q, struct batch *first)
   pthread_mutex_lock (&q->lock);
   for (unsigned i = 0; i < n; i++)
     batch_complete (q, round[i], err[i]);
-  batch_wake (q);
+  pthread_cond_broadcast (&q->progress);
 }
 
 /* Pieces up to the flush barrier are still queued or in flight. */
@@ -1206,36 +1238,104 @@ backend_flush_locked (struct queue *q)
 
 
 
+/* Under the lock, holding the dispatch token: one step of writing the
+ * queue out.  False when there is nothing to do now.
+ */
+static bool
+dispatch_step (struct queue *q)
+{
+  struct batch *b;
+
+  /* A flush goes first once its barrier is clear, or a stream of new
+   * writes would keep it waiting for an empty queue forever.
+   */
+  if (q->flush.wanted && !flush_blocked (q)) {
+    backend_flush_locked (q);
+    return true;
+  }
+  if (q->running && should_replug (q)) {
+    q->running = false;
+    plug (q);
+    return false;
+  }
+  if (can_dispatch (q) && (b = batch_take (q)) != NULL) {
+    if (q->backend->ops->submit)
+      batch_submit (q, b);
+    else
+      dispatch_round (q, b);
+    return true;
+  }
+  if (q->nr_queued == 0 && q->nr_batches == 0)
+    q->running = false;         /* idle: the next arrival plugs again */
+  return false;
+}
+
+/* What the dispatch thread must still do when a holder lets go. */
+static bool
+dispatcher_needed (const struct queue *q)
+{
+  return q->stopping || (q->flush.wanted && !flush_blocked (q))
+    || (can_dispatch (q) && !should_replug (q));
+}
+
+/* Steps a request thread takes before leaving the rest to the dispatch
+ * thread: enough for what its own unplug sent out, bounded so that a
+ * stream of arrivals cannot keep one client's answer waiting.
+ */
+#define STEPS_HERE 4
+
+/* Under the lock: a request thread writes an unplugged synchronous queue
+ * out itself when nobody else is.  An asynchronous backend's submit
+ * costs no more than the wake-up, so its queue stays with the dispatch
+ * thread.  True when this thread did some of the work.
+ */
+static bool
+run_queue_here (struct queue *q)
+{
+  bool worked = false;
+
+  if (q->dispatching)
+    return false;               /* the holder looks again before it goes */
+  if (q->backend->ops->submit || q->stopping) {
+    kick_dispatcher (q);
+    return false;
+  }
+  q->dispatching = true;
+  for (int i = 0; i < STEPS_HERE && dispatch_step (q); i++)
+    worked = true;
+  q->dispatching = false;
+  if (dispatcher_needed (q))
+    pthread_cond_signal (&q->dispatch_wake);
+  return worked;
+}
+
+/* A request thread that must wait helps first, as long as it can. */
+static void
+wait_or_work (struct queue *q)
+{
+  if (!run_queue_here (q))
+    pthread_cond_wait (&q->progress, &q->lock);
+}
+
 static void *
 dispatch_thread (void *arg)
 {
   struct queue *q = arg;
-  struct batch *b;
 
   pthread_mutex_lock (&q->lock);
   for (;;) {
-    /* A flush goes first once its barrier is clear, or a stream of new
-     * writes would keep it waiting for an empty queue forever.
-     */
-    if (q->flush.wanted && !flush_blocked (q))
-      backend_flush_locked (q);
-    else if (q->running && should_replug (q)) {
-      q->running = false;
-      plug (q);
+    if (!q->dispatching) {
+      bool worked;
+
+      q->dispatching = true;
+      worked = dispatch_step (q);
+      q->dispatching = false;
+      if (worked)
+        continue;
+      if (q->nr_queued == 0 && q->nr_batches == 0 && q->stopping)
+        break;
     }
-    else if (can_dispatch (q) && (b = batch_take (q)) != NULL) {
-      if (q->backend->ops->submit)
-        batch_submit (q, b);
-      else
-        dispatch_round (q, b);
-    }
-    else if (q->nr_queued == 0 && q->nr_batches == 0 && q->stopping)
-      break;
-    else {
-      if (q->nr_queued == 0 && q->nr_batches == 0)
-        q->running = false;     /* idle: the next arrival plugs again */
-      pthread_cond_wait (&q->dispatch_wake, &q->lock);
-    }
+    pthread_cond_wait (&q->dispatch_wake, &q->lock);
   }
   pthread_mutex_unlock (&q->lock);
   return NULL;

@@ -907,15 +907,16 @@ shim_check_write (struct shim *s, const struct iovec *iov, int iovcnt,
                 s->merge_limit);
 }
 
-/* The backend contract: writes come from one dispatch thread, one at a
- * time, unless the backend takes asynchronous operations.
+/* The backend contract: writes come one at a time (from whichever thread
+ * holds the disk's dispatch token), unless the backend takes
+ * asynchronous operations.
  */
 static void
 shim_enter (struct shim *s, const char *what)
 {
   if (atomic_fetch_add (&s->writers, 1) != 0)
     shim_fault (s, "backend %s while another backend write is running"
-                " (one dispatch thread per disk)", what);
+                " (one dispatch token per disk)", what);
 }
 
 static void

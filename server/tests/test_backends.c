@@ -108,8 +108,10 @@ call_begin (struct test_backend *tb, const struct tb_call *call)
       tb->log_cap = cap;
     }
   }
-  if (tb->log_len < tb->log_cap)
-    tb->log[tb->log_len++] = *call;
+  if (tb->log_len < tb->log_cap) {
+    tb->log[tb->log_len] = *call;
+    tb->log[tb->log_len++].thread = pthread_self ();
+  }
   k->entered++;
   pthread_cond_broadcast (&tb->changed);
   while (k->gate_shut && k->tokens == 0)

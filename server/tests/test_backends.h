@@ -50,6 +50,7 @@ struct tb_call {
   uint64_t count;               /* bytes (0 for flush) */
   int iovcnt;                   /* pwritev only */
   bool may_trim;                /* zero only */
+  pthread_t thread;             /* the thread that made it */
 };
 
 /* Every bounded wait in the tests gives up after this long: long enough

@@ -417,6 +417,63 @@ test_full_queue (void)
           MODE);
 }
 
+/* The request that unplugs a synchronous queue writes it out on its own
+ * thread before it is answered: no hand-off to the dispatch thread.
+ */
+static void
+test_unplugger_dispatches (void)
+{
+  struct queue_config cfg = test_config (HOUR, 4);
+  struct tb_call calls[8];
+  struct test_rig r;
+  size_t n = 0;
+  bool ok;
+
+  ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
+  for (unsigned i = 0; ok && i < 4; i++)
+    ok = CHECK (test_write_fill (r.d[0].q, NULL, 'a' + i, 4 * KiB,
+                                 i * 64 * KiB, 0) == 0);
+  if (ok) {
+    /* No waiting: the writes must be there when the 4th write returns. */
+    n = test_backend_calls (r.d[0].tb, TB_PWRITEV, calls, 8);
+    ok &= CHECK (n == 4);
+    for (size_t i = 0; i < n && i < 8; i++)
+      ok &= CHECK (pthread_equal (calls[i].thread, pthread_self ()));
+  }
+  test_rig_stop (&r);
+  tap_ok (ok, "the request that unplugs writes the queue out itself"
+          " (%zu backend writes on its thread)", n);
+}
+
+/* A FUA write would only sleep while another thread wrote and flushed
+ * for it: it does both itself.
+ */
+static void
+test_waiter_dispatches (void)
+{
+  struct queue_config cfg = test_config (HOUR, 1000);
+  struct tb_call calls[8];
+  struct test_rig r;
+  size_t n = 0;
+  bool ok;
+
+  ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
+  ok = ok && CHECK (test_write_fill (r.d[0].q, NULL, 'a', 4 * KiB, 0, 0)
+                    == 0);
+  ok = ok && CHECK (test_write_fill (r.d[0].q, NULL, 'b', 4 * KiB, 64 * KiB,
+                                     REQ_FUA) == 0);
+  if (ok) {
+    n = test_backend_calls (r.d[0].tb, TB_OPS, calls, 8);
+    ok &= CHECK (n == 3);       /* two writes, then the flush */
+    ok &= CHECK (n < 1 || calls[n - 1].op == TB_FLUSH);
+    for (size_t i = 0; i < n && i < 8; i++)
+      ok &= CHECK (pthread_equal (calls[i].thread, pthread_self ()));
+  }
+  test_rig_stop (&r);
+  tap_ok (ok, "a FUA writer writes and flushes on its own thread instead"
+          " of sleeping");
+}
+
 /* Unload drains: queue_stop writes everything out. */
 static void
 test_drain (void)
@@ -1447,6 +1504,8 @@ main (void)
       every_mode[i] ();
   }
   async_mode = 0;
+  test_unplugger_dispatches ();
+  test_waiter_dispatches ();
   test_async_overlap ();
   test_async_flush_not_overtaken ();
   test_noop_order ();
