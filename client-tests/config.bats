@@ -49,7 +49,7 @@ assert_config_error() {
   make_file "$T/b.img" 2M
   run timeout 30 "$NBDKIT" -U - "$PLUGIN" \
     ack=queued elevator=deadline unplug-delay=3ms unplug-thresh=16 \
-    max-merge=1M queue-bytes=64M write-expire=5s \
+    max-merge=1M queue-bytes=64M queue-requests=256 write-expire=5s \
     disk=a file="$T/a.img" elevator=noop unplug-delay=500us write-expire=2 \
     disk=b file="$T/b.img" direct=false ack=dispatched unplug-delay=1000000ns \
     disk=m memory=1G unplug-delay=1s \
@@ -67,7 +67,7 @@ assert_config_error() {
     elevator=noop unplug-delay=7ms max-merge=256K \
     disk=a memory=1M unplug-thresh=3 unplug-delay=1500us \
     disk=b memory=1M ack=dispatched write-expire=2 \
-    disk=c memory=1M unplug-delay=1000000ns queue-bytes=8M \
+    disk=c memory=1M unplug-delay=1000000ns queue-bytes=8M queue-requests=32 \
     --run 'exit 0'
   assert_success
   pyrun "$T/stats.json" <<'EOF'
@@ -80,7 +80,7 @@ want = {
     "b": {"elevator": "noop", "ack": "dispatched", "unplug_delay_us": 7000,
           "write_expire_us": 2000000, "max_merge": 256 * 1024},
     "c": {"elevator": "noop", "ack": "queued", "unplug_delay_us": 1000,
-          "queue_bytes": 8 * 1024 * 1024},
+          "queue_bytes": 8 * 1024 * 1024, "queue_requests": 32},
 }
 for disk, kv in want.items():
     for k, v in kv.items():
@@ -280,6 +280,14 @@ EOF
   assert_config_error queue-bytes
 }
 
+@test "config: bad queue-requests" {
+  local v
+  for v in 0 -1 many 4294967296; do
+    bad_config queue-requests=$v
+    assert_config_error queue-requests
+  done
+}
+
 # ---------------------------------------------------------------- help, version
 
 @test "config: --help lists every key" {
@@ -287,7 +295,8 @@ EOF
   assert_success
   local k
   for k in disk file direct memory linear default-export ack elevator \
-           unplug-delay unplug-thresh max-merge queue-bytes write-expire \
+           unplug-delay unplug-thresh max-merge queue-bytes queue-requests \
+           write-expire \
            stats stats-interval; do
     if ! grep -qE "(^|[^a-z-])$k=" <<<"$output"; then
       fail "--help does not list $k=: $output"

@@ -187,6 +187,26 @@ parse_size_key (const char *key, const char *value, bool allow_zero,
   return 0;
 }
 
+/* A count from 1 up.  Not nbdkit_parse_uint32_t: its message does not
+ * show the value.
+ */
+static int
+parse_count (const char *key, const char *value, uint32_t *r)
+{
+  unsigned long n;
+
+  errno = 0;
+  n = strtoul (value, NULL, 10);
+  if (value[0] == '\0' || value[strspn (value, "0123456789")] != '\0'
+      || errno == ERANGE || n > UINT32_MAX || n < 1) {
+    nbdkit_error ("%s=%s: expected an integer from 1 to %" PRIu32,
+                  key, value, UINT32_MAX);
+    return -1;
+  }
+  *r = n;
+  return 0;
+}
+
 /* DELAY: an integer with a unit ns, us, ms or s; a bare integer means
  * seconds, as nbdkit's delay filter reads its delays.  (nbdkit 1.32 has
  * no nbdkit_parse_delay.)
@@ -658,18 +678,12 @@ config_queue_key (const char *key, const char *value)
       return -1;
   }
   else if (strcmp (key, "unplug-thresh") == 0) {
-    unsigned long n;
-
-    /* Not nbdkit_parse_uint32_t: its message does not show the value. */
-    errno = 0;
-    n = strtoul (value, NULL, 10);
-    if (value[0] == '\0' || value[strspn (value, "0123456789")] != '\0'
-        || errno == ERANGE || n > UINT32_MAX || n < 1) {
-      nbdkit_error ("%s=%s: expected an integer from 1 to %" PRIu32,
-                    key, value, UINT32_MAX);
+    if (parse_count (key, value, &qc->unplug_thresh) == -1)
       return -1;
-    }
-    qc->unplug_thresh = n;
+  }
+  else if (strcmp (key, "queue-requests") == 0) {
+    if (parse_count (key, value, &qc->queue_requests) == -1)
+      return -1;
   }
   else if (strcmp (key, "max-merge") == 0) {
     if (parse_size_key (key, value, false, &u) == -1)
@@ -691,7 +705,7 @@ is_queue_key (const char *key)
 {
   static const char *const keys[] = {
     "ack", "elevator", "unplug-delay", "unplug-thresh", "max-merge",
-    "queue-bytes", "write-expire",
+    "queue-bytes", "queue-requests", "write-expire",
   };
   size_t i;
 

@@ -32,6 +32,7 @@
   "unplug-thresh=<N>           Queued requests that unplug at once (>= 1).\n" \
   "max-merge=<SIZE>            Largest merged backend operation.\n" \
   "queue-bytes=<SIZE>          Queued data before writers wait.\n" \
+  "queue-requests=<N>          Queued requests before writers wait (>= 1).\n" \
   "write-expire=<DELAY>        Deadline: no request waits longer.\n" \
   "                            (Queue keys before any disk= set the defaults,\n" \
   "                            after a disk= they set that disk alone.)\n" \

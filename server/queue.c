@@ -119,6 +119,7 @@ queue_config_defaults (struct queue_config *c)
   c->unplug_thresh = 16;
   c->max_merge = 1024 * 1024;
   c->queue_bytes = 64 * 1024 * 1024;
+  c->queue_requests = 256;
   c->write_expire_ns = 5000 * MS;
 }
 
@@ -389,15 +390,14 @@ cut_overlaps (struct queue *q, uint64_t offset, uint64_t end)
   return 0;
 }
 
-/* Zeroes and trims hold no data, but every piece costs memory and
- * lookup time: bound their number too (the kernel's nr_requests).
+/* queue-requests is the kernel's nr_requests: every queued piece costs
+ * lookups for every arrival and dispatch, and zeroes and trims hold no
+ * data for queue-bytes to count.
  */
-#define MAX_QUEUED_PIECES 65536
-
 static bool
 queue_full (const struct queue *q, uint64_t bytes)
 {
-  return q->nr_queued >= MAX_QUEUED_PIECES
+  return q->nr_queued >= q->cfg.queue_requests
     || (q->queued_bytes > 0 && q->queued_bytes + bytes > q->cfg.queue_bytes);
 }
 

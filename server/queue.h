@@ -36,6 +36,7 @@ struct queue_config {
   uint32_t unplug_thresh;       /* 1 = no plugging, no merging */
   uint64_t max_merge;           /* bytes in one merged backend operation */
   uint64_t queue_bytes;         /* queued data before writers wait */
+  uint32_t queue_requests;      /* queued pieces before writers wait */
   uint64_t write_expire_ns;     /* deadline: no request waits longer */
 };
 

@@ -129,6 +129,7 @@ config_json (const struct queue_config *qc)
       || set (o, "unplug_thresh", num (qc->unplug_thresh)) == -1
       || set (o, "max_merge", num (qc->max_merge)) == -1
       || set (o, "queue_bytes", num (qc->queue_bytes)) == -1
+      || set (o, "queue_requests", num (qc->queue_requests)) == -1
       || set (o, "write_expire_us", num (qc->write_expire_ns / 1000)) == -1) {
     json_decref (o);
     return NULL;

@@ -588,6 +588,7 @@ static const uint32_t thresh_choices[] = { 1, 4, 16, 1000 };
 static const uint64_t delay_choices[] = { 0, 100 * US, 3 * MS, 1 * SEC };
 static const uint64_t merge_choices[] = { 4 * KiB, 64 * KiB, 1 * MiB };
 static const uint64_t qbytes_choices[] = { 64 * KiB, 256 * KiB, 64 * MiB };
+static const uint32_t qrequests_choices[] = { 2, 8, 256 };
 static const uint64_t expire_choices[] = { 200 * US, 10 * MS, 5 * SEC };
 
 static const unsigned async_choices[] = { 2, 4, 16 };
@@ -613,6 +614,7 @@ choose_params (struct harness_params *p, struct byte_source *src,
     c->unplug_delay_ns = PICK (src, delay_choices);
     c->max_merge = PICK (src, merge_choices);
     c->queue_bytes = PICK (src, qbytes_choices);
+    c->queue_requests = PICK (src, qrequests_choices);
     c->write_expire_ns = PICK (src, expire_choices);
   }
   /* ack=dispatched answers a write only once it is written, so a lone
@@ -701,7 +703,8 @@ harness_params_format (const struct harness_params *p, char *buf,
 
   snprintf (buf, len,
             "%s ack=%s thresh=%" PRIu32 " delay=%s max-merge=%s"
-            " queue-bytes=%s expire=%s disk=%" PRIu64 " lanes=%u"
+            " queue-bytes=%s queue-requests=%" PRIu32 " expire=%s"
+            " disk=%" PRIu64 " lanes=%u"
             " trim=%s fast-zero=%s max-write=%s max-iov=%d minimum=%" PRIu32
             " async=%u",
             c->elevator->name,
@@ -710,6 +713,7 @@ harness_params_format (const struct harness_params *p, char *buf,
             human_ns (c->unplug_delay_ns, b[0], sizeof b[0]),
             human_bytes (c->max_merge, b[1], sizeof b[1]),
             human_bytes (c->queue_bytes, b[2], sizeof b[2]),
+            c->queue_requests,
             human_ns (c->write_expire_ns, b[3], sizeof b[3]),
             p->disk_size, p->lanes, trims[p->backend.trim],
             p->backend.no_fast_zero ? "no" : "yes",

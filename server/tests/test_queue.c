@@ -417,6 +417,63 @@ test_full_queue (void)
           MODE);
 }
 
+/* queue-requests reached: zeroes hold no data for queue-bytes to count,
+ * so the number of queued pieces bounds them, and the writer waits.
+ */
+static int
+zero_writer_run (void *arg)
+{
+  struct full_writer *w = arg;
+
+  for (unsigned i = 0; i < CHUNKS; i++) {
+    if (queue_zero (w->q, NULL, CHUNK, i * 2 * CHUNK, 0) == -1)
+      return -1;
+    atomic_store (&w->done, i + 1);
+  }
+  return 0;
+}
+
+static void
+test_queue_requests (void)
+{
+  struct queue_config cfg = test_config (HOUR, 1000);
+  struct full_writer w = { .done = 0 };
+  struct test_thread t = TEST_THREAD_INIT;
+  struct queue_stats s;
+  struct test_rig r;
+  bool ok;
+
+  cfg.queue_requests = 4;
+  ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
+  w.q = r.d[0].q;
+  /* Data under every zero, so the backend shows which ones landed. */
+  for (unsigned i = 0; ok && i < CHUNKS; i++)
+    ok = CHECK (test_write_fill (w.q, NULL, 'x', CHUNK, i * 2 * CHUNK, 0)
+                == 0);
+  ok = ok && CHECK (queue_flush (w.q, NULL) == 0);
+  if (ok)
+    test_backend_block (r.d[0].tb, TB_ZERO);
+  ok = ok && CHECK (test_thread_start (&t, zero_writer_run, &w) == 0);
+  ok = ok && CHECK (test_backend_wait_entered (r.d[0].tb, TB_ZERO, 1));
+  ok = ok && CHECK (TEST_WAIT_FOR (test_stats (r.d[0].q).full_waits >= 1));
+  if (ok) {
+    s = test_stats (r.d[0].q);
+    ok &= CHECK (!test_thread_done (&t));
+    ok &= CHECK (s.queued_requests <= 4);
+    printf ("# writer blocked after %u of %u zeroes, %" PRIu64 " queued\n",
+            atomic_load (&w.done), CHUNKS, s.queued_requests);
+  }
+  test_backend_release (r.d[0].tb, TB_ZERO);
+  ok = ok && CHECK (test_thread_wait (&t) && t.result == 0);
+  ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0);
+  for (unsigned i = 0; ok && i < CHUNKS; i++)
+    ok &= CHECK (test_backend_holds (r.d[0].tb, 0, CHUNK, i * 2 * CHUNK));
+  test_thread_join (&t);
+  test_rig_stop (&r);
+  tap_ok (ok, "queue-requests=4 bounds zero pieces: the writer blocks, then"
+          " proceeds%s", MODE);
+}
+
 /* The request that unplugs a synchronous queue writes it out on its own
  * thread before it is answered: no hand-off to the dispatch thread.
  */
@@ -1477,6 +1534,7 @@ static void (*const every_mode[]) (void) = {
   test_flush,
   test_group_commit,
   test_full_queue,
+  test_queue_requests,
   test_drain,
   test_merge,
   test_thresh_one_never_merges,
