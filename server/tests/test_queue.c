@@ -370,6 +370,40 @@ full_writer_run (void *arg)
   return 0;
 }
 
+/* The writer fn, on its own thread against disk d whose backend holds
+ * every operation of kind op, must end up waiting for room in the queue
+ * before it is done; once the backend moves it finishes, and a flush
+ * writes everything out.
+ */
+static bool
+writer_waits_for_room (struct test_disk *d, enum tb_op op,
+                       int (*fn) (void *), struct full_writer *w)
+{
+  struct test_thread t = TEST_THREAD_INIT;
+  bool ok;
+
+  w->q = d->q;
+  test_backend_block (d->tb, op);
+  ok = CHECK (test_thread_start (&t, fn, w) == 0);
+  ok = ok && CHECK (test_backend_wait_entered (d->tb, op, 1));
+  ok = ok && CHECK (TEST_WAIT_FOR (test_stats (d->q).full_waits >= 1));
+  if (ok) {
+    /* Every dispatch is held in the backend, so the writer cannot get
+     * all its chunks in: the queue is full until something lands.
+     */
+    ok &= CHECK (!test_thread_done (&t));
+    ok &= CHECK (atomic_load (&w->done) < CHUNKS);
+    printf ("# writer blocked after %u of %u chunks, %" PRIu64 " queued\n",
+            atomic_load (&w->done), CHUNKS,
+            test_stats (d->q).queued_requests);
+  }
+  test_backend_release (d->tb, op);
+  ok = ok && CHECK (test_thread_wait (&t) && t.result == 0);
+  ok = ok && CHECK (queue_flush (d->q, NULL) == 0);
+  test_thread_join (&t);
+  return ok && CHECK (test_stats (d->q).unplugs[UNPLUG_FULL] >= 1);
+}
+
 /* queue-bytes reached: the writer waits while the backend is stuck,
  * carries on once it moves, and nothing queued is lost.
  */
@@ -378,40 +412,15 @@ test_full_queue (void)
 {
   struct queue_config cfg = test_config (HOUR, 1000);
   struct full_writer w = { .done = 0 };
-  struct test_thread t = TEST_THREAD_INIT;
-  struct queue_stats s;
   struct test_rig r;
   bool ok;
 
   cfg.queue_bytes = 4 * CHUNK;
-  ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
-  w.q = r.d[0].q;
-  if (ok)
-    test_backend_block (r.d[0].tb, TB_PWRITEV);
-  ok = ok && CHECK (test_thread_start (&t, full_writer_run, &w) == 0);
-  ok = ok && CHECK (test_backend_wait_entered (r.d[0].tb, TB_PWRITEV, 1));
-  ok = ok && CHECK (TEST_WAIT_FOR (test_stats (r.d[0].q).full_waits >= 1));
-  if (ok) {
-    /* Every dispatch is held in the backend, so the writer cannot get
-     * all twelve chunks in: the queue is full until something lands.
-     */
-    ok &= CHECK (!test_thread_done (&t));
-    ok &= CHECK (atomic_load (&w.done) < CHUNKS);
-    printf ("# writer blocked after %u of %u chunks\n",
-            atomic_load (&w.done), CHUNKS);
-  }
-  test_backend_release (r.d[0].tb, TB_PWRITEV);
-  ok = ok && CHECK (test_thread_wait (&t) && t.result == 0);
-  ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0);
-  if (ok) {
-    s = test_stats (r.d[0].q);
-    ok &= CHECK (s.unplugs[UNPLUG_FULL] >= 1);
-    ok &= CHECK (s.op[OP_WRITE].requests == CHUNKS);
-    for (unsigned i = 0; i < CHUNKS; i++)
-      ok &= CHECK (test_backend_holds (r.d[0].tb, 'A' + i, CHUNK,
-                                       i * CHUNK));
-  }
-  test_thread_join (&t);
+  ok = CHECK (rig_one (&r, &cfg, DISK_SIZE))
+    && writer_waits_for_room (&r.d[0], TB_PWRITEV, full_writer_run, &w);
+  ok = ok && CHECK (test_stats (r.d[0].q).op[OP_WRITE].requests == CHUNKS);
+  for (unsigned i = 0; ok && i < CHUNKS; i++)
+    ok &= CHECK (test_backend_holds (r.d[0].tb, 'A' + i, CHUNK, i * CHUNK));
   test_rig_stop (&r);
   tap_ok (ok, "full queue: the writer blocks, then proceeds; nothing lost%s",
           MODE);
@@ -438,40 +447,40 @@ test_queue_requests (void)
 {
   struct queue_config cfg = test_config (HOUR, 1000);
   struct full_writer w = { .done = 0 };
-  struct test_thread t = TEST_THREAD_INIT;
-  struct queue_stats s;
   struct test_rig r;
   bool ok;
 
   cfg.queue_requests = 4;
   ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
-  w.q = r.d[0].q;
   /* Data under every zero, so the backend shows which ones landed. */
   for (unsigned i = 0; ok && i < CHUNKS; i++)
-    ok = CHECK (test_write_fill (w.q, NULL, 'x', CHUNK, i * 2 * CHUNK, 0)
-                == 0);
-  ok = ok && CHECK (queue_flush (w.q, NULL) == 0);
-  if (ok)
-    test_backend_block (r.d[0].tb, TB_ZERO);
-  ok = ok && CHECK (test_thread_start (&t, zero_writer_run, &w) == 0);
-  ok = ok && CHECK (test_backend_wait_entered (r.d[0].tb, TB_ZERO, 1));
-  ok = ok && CHECK (TEST_WAIT_FOR (test_stats (r.d[0].q).full_waits >= 1));
-  if (ok) {
-    s = test_stats (r.d[0].q);
-    ok &= CHECK (!test_thread_done (&t));
-    ok &= CHECK (s.queued_requests <= 4);
-    printf ("# writer blocked after %u of %u zeroes, %" PRIu64 " queued\n",
-            atomic_load (&w.done), CHUNKS, s.queued_requests);
-  }
-  test_backend_release (r.d[0].tb, TB_ZERO);
-  ok = ok && CHECK (test_thread_wait (&t) && t.result == 0);
-  ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0);
+    ok = CHECK (test_write_fill (r.d[0].q, NULL, 'x', CHUNK, i * 2 * CHUNK,
+                                 0) == 0);
+  ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0)
+    && writer_waits_for_room (&r.d[0], TB_ZERO, zero_writer_run, &w);
   for (unsigned i = 0; ok && i < CHUNKS; i++)
     ok &= CHECK (test_backend_holds (r.d[0].tb, 0, CHUNK, i * 2 * CHUNK));
-  test_thread_join (&t);
   test_rig_stop (&r);
   tap_ok (ok, "queue-requests=4 bounds zero pieces: the writer blocks, then"
           " proceeds%s", MODE);
+}
+
+/* The backend has seen want calls of kind op (TB_OPS: any), all made
+ * by this thread, the last of them a last_op; *n is how many it saw.
+ */
+static bool
+calls_on_this_thread (struct test_backend *tb, enum tb_op op, size_t want,
+                      enum tb_op last_op, size_t *n)
+{
+  struct tb_call calls[8];
+  bool ok;
+
+  *n = test_backend_calls (tb, op, calls, 8);
+  ok = CHECK (*n == want && want <= 8);
+  ok = ok && CHECK (calls[want - 1].op == last_op);
+  for (size_t i = 0; ok && i < want; i++)
+    ok &= CHECK (pthread_equal (calls[i].thread, pthread_self ()));
+  return ok;
 }
 
 /* The request that unplugs a synchronous queue writes it out on its own
@@ -481,7 +490,6 @@ static void
 test_unplugger_dispatches (void)
 {
   struct queue_config cfg = test_config (HOUR, 4);
-  struct tb_call calls[8];
   struct test_rig r;
   size_t n = 0;
   bool ok;
@@ -490,13 +498,8 @@ test_unplugger_dispatches (void)
   for (unsigned i = 0; ok && i < 4; i++)
     ok = CHECK (test_write_fill (r.d[0].q, NULL, 'a' + i, 4 * KiB,
                                  i * 64 * KiB, 0) == 0);
-  if (ok) {
-    /* No waiting: the writes must be there when the 4th write returns. */
-    n = test_backend_calls (r.d[0].tb, TB_PWRITEV, calls, 8);
-    ok &= CHECK (n == 4);
-    for (size_t i = 0; i < n && i < 8; i++)
-      ok &= CHECK (pthread_equal (calls[i].thread, pthread_self ()));
-  }
+  /* No waiting: the writes must be there when the 4th write returns. */
+  ok = ok && calls_on_this_thread (r.d[0].tb, TB_PWRITEV, 4, TB_PWRITEV, &n);
   test_rig_stop (&r);
   tap_ok (ok, "the request that unplugs writes the queue out itself"
           " (%zu backend writes on its thread)", n);
@@ -509,9 +512,8 @@ static void
 test_waiter_dispatches (void)
 {
   struct queue_config cfg = test_config (HOUR, 1000);
-  struct tb_call calls[8];
   struct test_rig r;
-  size_t n = 0;
+  size_t n;
   bool ok;
 
   ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
@@ -519,13 +521,8 @@ test_waiter_dispatches (void)
                     == 0);
   ok = ok && CHECK (test_write_fill (r.d[0].q, NULL, 'b', 4 * KiB, 64 * KiB,
                                      REQ_FUA) == 0);
-  if (ok) {
-    n = test_backend_calls (r.d[0].tb, TB_OPS, calls, 8);
-    ok &= CHECK (n == 3);       /* two writes, then the flush */
-    ok &= CHECK (n < 1 || calls[n - 1].op == TB_FLUSH);
-    for (size_t i = 0; i < n && i < 8; i++)
-      ok &= CHECK (pthread_equal (calls[i].thread, pthread_self ()));
-  }
+  /* Two writes, then the flush. */
+  ok = ok && calls_on_this_thread (r.d[0].tb, TB_OPS, 3, TB_FLUSH, &n);
   test_rig_stop (&r);
   tap_ok (ok, "a FUA writer writes and flushes on its own thread instead"
           " of sleeping");
