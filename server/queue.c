@@ -356,19 +356,31 @@ piece_split_tail (struct queue *q, struct piece *p, uint64_t end)
   return tail;
 }
 
+/* Whether a pending FLUSH promised p's bytes. */
+static bool
+flush_covers (const struct queue *q, const struct piece *p)
+{
+  return q->flush.wanted && p->seq <= q->flush.barrier_seq;
+}
+
 /* Makes [offset, end) free of queued pieces, so the new piece is the
  * only source of those bytes.  In-flight pieces are left alone: they are
  * older, already being written, and the new piece goes out after them.
+ * 1 when a cut piece was one a pending FLUSH covers: the new piece now
+ * holds the only copy of bytes that flush promised.
  */
 static int
 cut_overlaps (struct queue *q, uint64_t offset, uint64_t end)
 {
+  int covered = 0;
+
   struct piece key = { .offset = offset };
   struct piece *p = RB_NFIND (piece_tree, &q->by_offset, &key);
   struct piece *prev = p ? RB_PREV (piece_tree, &q->by_offset, p)
     : RB_MAX (piece_tree, &q->by_offset);
 
   if (prev && piece_end (prev) > offset) {
+    covered |= flush_covers (q, prev);
     if (piece_end (prev) > end && piece_split_tail (q, prev, end) == NULL)
       return -1;
     if (prev->kind == OP_WRITE)
@@ -378,6 +390,7 @@ cut_overlaps (struct queue *q, uint64_t offset, uint64_t end)
   while (p && p->offset < end) {
     struct piece *next = RB_NEXT (piece_tree, &q->by_offset, p);
 
+    covered |= flush_covers (q, p);
     if (piece_end (p) <= end)
       piece_superseded (q, p);
     else {
@@ -387,7 +400,7 @@ cut_overlaps (struct queue *q, uint64_t offset, uint64_t end)
     }
     p = next;
   }
-  return 0;
+  return covered;
 }
 
 /* queue-requests is the kernel's nr_requests: every queued piece costs
@@ -583,11 +596,12 @@ submit (struct queue *q, struct session *s, struct piece *p, unsigned flags)
   bool wait = (flags & REQ_FUA) || q->cfg.ack == ACK_DISPATCHED;
   struct op_counters *c = &q->stats.op[p->kind];
   bool unplugged;
-  int err = 0;
+  int covered, err = 0;
 
   pthread_mutex_lock (&q->lock);
   wait_for_space (q, p->kind == OP_WRITE ? p->length : 0);
-  if (cut_overlaps (q, p->offset, piece_end (p)) == -1) {
+  covered = cut_overlaps (q, p->offset, piece_end (p));
+  if (covered == -1) {
     pthread_mutex_unlock (&q->lock);
     piece_free (p);
     errno = ENOMEM;
@@ -595,6 +609,9 @@ submit (struct queue *q, struct session *s, struct piece *p, unsigned flags)
   }
   error_cursor (q, s);          /* this session now has writes here */
   p->seq = ++q->next_seq;
+  /* The flush that covered what p replaced now waits for p. */
+  if (covered)
+    q->flush.barrier_seq = p->seq;
   p->waiter = wait ? &done : NULL;
   c->requests++;
   c->request_bytes += p->length;

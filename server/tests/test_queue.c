@@ -528,6 +528,57 @@ test_waiter_dispatches (void)
           " of sleeping");
 }
 
+/* A write that a pending FLUSH covers is cut away by a newer write to
+ * the same bytes before it went out: the flush must wait for the newer
+ * write, or it answers with neither version on the disk.  (Found by
+ * the crash-durability test in reliability.bats.)
+ */
+static void
+test_flush_covers_superseding_write (void)
+{
+  struct queue_config cfg = test_config (HOUR, 1);
+  struct write_job w0 = { .c = 'a', .count = 4 * KiB, .offset = 0 };
+  struct flush_job f = { .s = NULL };
+  struct test_thread t0 = TEST_THREAD_INIT, t1 = TEST_THREAD_INIT;
+  struct tb_call calls[16];
+  struct test_rig r;
+  size_t n = 0, writes_before_flush = 0;
+  bool ok;
+
+  ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
+  w0.q = f.q = r.d[0].q;
+  if (ok)
+    test_backend_block (r.d[0].tb, TB_PWRITEV);
+  /* 'a' goes out and is held in the backend ... */
+  ok = ok && CHECK (test_thread_start (&t0, write_job_run, &w0) == 0);
+  ok = ok && CHECK (test_backend_wait_entered (r.d[0].tb, TB_PWRITEV, 1));
+  /* ... so 'b', over the same bytes, has to wait in the queue, */
+  ok = ok && CHECK (test_write_fill (f.q, NULL, 'b', 4 * KiB, 0, 0) == 0);
+  /* a FLUSH now promises 'b' (or newer), */
+  ok = ok && CHECK (test_thread_start (&t1, flush_job_run, &f) == 0);
+  ok = ok && CHECK (TEST_WAIT_FOR (test_stats (f.q).flushes == 1));
+  /* and 'c' replaces 'b' in the queue before 'b' was written. */
+  ok = ok && CHECK (test_write_fill (f.q, NULL, 'c', 4 * KiB, 0, 0) == 0);
+  test_backend_release (r.d[0].tb, TB_PWRITEV);
+  ok = ok && CHECK (test_thread_wait (&t1) && t1.result == 0);
+  ok = ok && CHECK (test_thread_wait (&t0) && t0.result == 0);
+  if (ok) {
+    n = test_backend_calls (r.d[0].tb, TB_OPS, calls, 16);
+    for (size_t i = 0; i < n && i < 16 && calls[i].op != TB_FLUSH; i++)
+      if (calls[i].op == TB_PWRITEV && calls[i].offset == 0)
+        writes_before_flush++;
+    /* 'a', then 'c', and only then the backend flush. */
+    ok &= CHECK (writes_before_flush == 2);
+  }
+  test_backend_release_all (r.d[0].tb);
+  test_thread_join (&t0);
+  test_thread_join (&t1);
+  test_rig_stop (&r);
+  tap_ok (ok, "FLUSH waits for a newer write that replaced one it covers"
+          " (%zu writes before the backend flush)%s", writes_before_flush,
+          MODE);
+}
+
 /* Unload drains: queue_stop writes everything out. */
 static void
 test_drain (void)
@@ -1532,6 +1583,7 @@ static void (*const every_mode[]) (void) = {
   test_group_commit,
   test_full_queue,
   test_queue_requests,
+  test_flush_covers_superseding_write,
   test_drain,
   test_merge,
   test_thresh_one_never_merges,
