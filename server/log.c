@@ -59,48 +59,44 @@ debug_to_stderr (void)
   return v && *v && !(v[0] == '0' && v[1] == '\0');
 }
 
-/* errno is saved because callers log and then return -1 with errno set. */
-void
-log_error (const char *fmt, ...)
+/* Formats and hands the message to sink_fn, or to stderr after prefix.
+ * errno is saved because callers log and then return -1 with errno set.
+ */
+__attribute__ ((format (printf, 3, 0)))
+static void
+emit (void (*sink_fn) (const char *), const char *prefix, const char *fmt,
+      va_list ap)
 {
   int saved_errno = errno;
   char buf[1024], *heap;
-  const char *msg;
-  va_list ap;
+  const char *msg = format_message (buf, sizeof buf, &heap, fmt, ap);
 
-  va_start (ap, fmt);
-  msg = format_message (buf, sizeof buf, &heap, fmt, ap);
-  va_end (ap);
-
-  if (sink.error)
-    sink.error (msg);
+  if (sink_fn)
+    sink_fn (msg);
   else
-    fprintf (stderr, "plugq: %s\n", msg);
-
+    fprintf (stderr, "%s%s\n", prefix, msg);
   free (heap);
   errno = saved_errno;
 }
 
 void
+log_error (const char *fmt, ...)
+{
+  va_list ap;
+
+  va_start (ap, fmt);
+  emit (sink.error, "plugq: ", fmt, ap);
+  va_end (ap);
+}
+
+void
 log_debug (const char *fmt, ...)
 {
-  int saved_errno = errno;
-  char buf[1024], *heap;
-  const char *msg;
   va_list ap;
 
   if (!sink.debug && !debug_to_stderr ())
     return;
-
   va_start (ap, fmt);
-  msg = format_message (buf, sizeof buf, &heap, fmt, ap);
+  emit (sink.debug, "plugq: debug: ", fmt, ap);
   va_end (ap);
-
-  if (sink.debug)
-    sink.debug (msg);
-  else
-    fprintf (stderr, "plugq: debug: %s\n", msg);
-
-  free (heap);
-  errno = saved_errno;
 }
