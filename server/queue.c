@@ -658,12 +658,26 @@ queue_pwrite (struct queue *q, struct session *s, const void *buf,
   return submit (q, s, p, flags);
 }
 
+/* Zeroes and trims: a piece with no data. */
+static int
+submit_dataless (struct queue *q, struct session *s, enum op_kind kind,
+                 uint64_t count, uint64_t offset, unsigned flags)
+{
+  struct piece *p;
+
+  if (count == 0)
+    return 0;
+  if ((p = piece_new (q, kind, count, offset, flags)) == NULL) {
+    errno = ENOMEM;
+    return -1;
+  }
+  return submit (q, s, p, flags);
+}
+
 int
 queue_zero (struct queue *q, struct session *s, uint64_t count,
             uint64_t offset, unsigned flags)
 {
-  struct piece *p;
-
   if (check_range (q, count, offset) == -1)
     return -1;
   /* A queued zero is answered at once, but it can only promise to be
@@ -673,30 +687,16 @@ queue_zero (struct queue *q, struct session *s, uint64_t count,
     errno = ENOTSUP;
     return -1;
   }
-  if (count == 0)
-    return 0;
-  if ((p = piece_new (q, OP_ZERO, count, offset, flags)) == NULL) {
-    errno = ENOMEM;
-    return -1;
-  }
-  return submit (q, s, p, flags);
+  return submit_dataless (q, s, OP_ZERO, count, offset, flags);
 }
 
 int
 queue_trim (struct queue *q, struct session *s, uint64_t count,
             uint64_t offset, unsigned flags)
 {
-  struct piece *p;
-
   if (check_range (q, count, offset) == -1)
     return -1;
-  if (count == 0)
-    return 0;
-  if ((p = piece_new (q, OP_TRIM, count, offset, flags & REQ_FUA)) == NULL) {
-    errno = ENOMEM;
-    return -1;
-  }
-  return submit (q, s, p, flags);
+  return submit_dataless (q, s, OP_TRIM, count, offset, flags & REQ_FUA);
 }
 
 /* ------------------------------------------------------------ reads */
