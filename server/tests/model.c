@@ -1562,17 +1562,23 @@ check_landed (struct harness *h, unsigned li, size_t index,
   return true;
 }
 
-/* The request's bytes are on the backend now (ack=dispatched), and
- * with durable flushed too (FUA).
+/* An answered write or zero (noun): with FUA its bytes are durable on
+ * the backend now, with ack=dispatched they are on it.
  */
 static bool
 settle (struct harness *h, unsigned li, size_t index,
-        const struct model_op *op, bool durable, enum harness_fault kind,
-        const char *what)
+        const struct model_op *op, const char *noun)
 {
-  model_landed (&h->lane[li].model, op->offset, op->count, durable);
+  bool fua = (op->flags & REQ_FUA) != 0;
+  char what[64];
+
+  if (!fua && h->p.config.ack != ACK_DISPATCHED)
+    return true;
+  snprintf (what, sizeof what, "after %s %s the backend",
+            fua ? "a FUA" : "an ack=dispatched", noun);
+  model_landed (&h->lane[li].model, op->offset, op->count, fua);
   return check_landed (h, li, index, op->offset, op->offset + op->count,
-                       kind, what);
+                       fua ? FAULT_FUA : FAULT_ACKED, what);
 }
 
 static bool
@@ -1615,13 +1621,7 @@ apply_write (struct harness *h, unsigned li, size_t index,
   l->n.write_bytes += op->count;
   l->n.fua += (op->flags & REQ_FUA) != 0;
   model_write (&l->model, op->offset, op->count, l->buf);
-  if (op->flags & REQ_FUA)
-    return settle (h, li, index, op, true, FAULT_FUA,
-                   "after a FUA write the backend");
-  if (h->p.config.ack == ACK_DISPATCHED)
-    return settle (h, li, index, op, false, FAULT_ACKED,
-                   "after an ack=dispatched write the backend");
-  return true;
+  return settle (h, li, index, op, "write");
 }
 
 static bool
@@ -1651,13 +1651,7 @@ apply_zero (struct harness *h, unsigned li, size_t index,
   l->n.zeros_ok++;
   l->n.fua += (op->flags & REQ_FUA) != 0;
   model_zero (&l->model, op->offset, op->count);
-  if (op->flags & REQ_FUA)
-    return settle (h, li, index, op, true, FAULT_FUA,
-                   "after a FUA zero the backend");
-  if (h->p.config.ack == ACK_DISPATCHED)
-    return settle (h, li, index, op, false, FAULT_ACKED,
-                   "after an ack=dispatched zero the backend");
-  return true;
+  return settle (h, li, index, op, "zero");
 }
 
 static bool
