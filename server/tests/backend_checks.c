@@ -11,6 +11,8 @@
 #include "backend_checks.h"
 #include "tap.h"
 
+#define MiB ((size_t) 1024 * 1024)
+
 int
 write_buf (struct backend *b, const void *buf, size_t len, uint64_t offset)
 {
@@ -81,5 +83,36 @@ extents_are (struct backend *b, uint64_t count, uint64_t offset,
       printf ("#   got %" PRIu64 "+%" PRIu64 " type %" PRIu32 "\n",
               l.v[i].offset, l.v[i].length, l.v[i].type);
   extent_list_free (&l);
+  return ok;
+}
+
+bool
+pwritev_reads_back (struct backend *b, const size_t lens[5], uint64_t base)
+{
+  struct iovec iov[5];
+  unsigned char *model = calloc (1, 4 * MiB), *got = malloc (4 * MiB);
+  uint64_t total = 0;
+  bool ok = CHECK (model != NULL && got != NULL);
+
+  for (size_t i = 0; i < 5; i++) {
+    unsigned char *p = malloc (lens[i]);
+
+    for (size_t j = 0; p && j < lens[i]; j++)
+      p[j] = (unsigned char) (i * 37 + j * 11 + 1);
+    if (p && model)
+      memcpy (model + base + total, p, lens[i]);
+    iov[i] = (struct iovec) { .iov_base = p, .iov_len = lens[i] };
+    ok &= CHECK (p != NULL);
+    total += lens[i];
+  }
+  ok = ok && CHECK (b->ops->pwritev (b, iov, 5, base) == 0);
+  ok = ok && CHECK (b->ops->pread (b, got, 4 * MiB, 0) == 0);
+  ok = ok && CHECK (memcmp (got, model, 4 * MiB) == 0);
+  ok = ok && CHECK (b->ops->pread (b, got, 77777, base + 3) == 0);
+  ok = ok && CHECK (memcmp (got, model + base + 3, 77777) == 0);
+  for (size_t i = 0; i < 5; i++)
+    free (iov[i].iov_base);
+  free (model);
+  free (got);
   return ok;
 }

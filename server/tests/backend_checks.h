@@ -19,4 +19,11 @@ bool reads_as (struct backend *, int c, size_t len, uint64_t offset);
 bool extents_are (struct backend *, uint64_t count, uint64_t offset,
                   const struct extent *want, size_t n);
 
+/* Five vector elements of lens[] bytes written at base with one pwritev
+ * read back right, in the first 4 MiB and in a read that starts and
+ * ends inside the written range.
+ */
+bool pwritev_reads_back (struct backend *, const size_t lens[5],
+                         uint64_t base);
+
 #endif
