@@ -51,7 +51,8 @@ build() {
   fi
 }
 
-unit_tests="server/tests/test_extents server/tests/test_backend_file server/tests/test_backend_memory server/tests/test_elevator server/tests/test_queue server/tests/test_linear server/tests/test_model"
+# The unit tests as Makefile.am lists them, so a new one is never left out.
+unit_tests=$(sed -n '/^unit_tests = /,/^[^[:space:]]/{s/^[[:space:]]*\(server\/tests\/[a-z_]*\).*/\1/p}' "$top/Makefile.am" | tr '\n' ' ')
 # Every client suite but the kernel guest (one run of it is enough).
 asan_client_tests=$(cd "$top" && ls client-tests/*.bats | grep -v kernel.bats | tr '\n' ' ')
 threaded_tests="server/tests/test_timer_service server/tests/test_queue server/tests/test_linear server/tests/test_model"
