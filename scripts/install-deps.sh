@@ -9,6 +9,9 @@ packages=(
   libev-dev libjansson-dev libbsd-dev
   bats bats-assert bats-support bats-file jq
   qemu-utils fio nbd-server nbd-client
+  openssl iproute2 strace procps
+  # the kernel NBD client test's guest (client-tests/kernel)
+  qemu-system-x86 busybox-static socat kmod cpio e2fsprogs
 )
 
 missing=()
