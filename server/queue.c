@@ -97,6 +97,7 @@ struct queue {
   bool dispatching;             /* the dispatch token is held */
   uint64_t unplug_seq;          /* an unplug sends out everything up to here */
   uint32_t full_waiters;
+  uint32_t dispatched_waiters;  /* ack=dispatched writers not yet answered */
   bool stopping;
   uint64_t plug_deadline_ns;
 
@@ -622,9 +623,12 @@ submit (struct queue *q, struct session *s, struct piece *p, unsigned flags)
 
   if (flags & REQ_FUA)
     err = flush_wait_locked (q, s, flush_start_locked (q));
-  else if (wait)
+  else if (wait) {
+    q->dispatched_waiters++;
     while (done.pending > 0)
       wait_or_work (q);
+    q->dispatched_waiters--;
+  }
   else if (unplugged)
     run_queue_here (q);
   if (wait && done.err)
@@ -1273,6 +1277,11 @@ dispatch_step (struct queue *q)
   if (q->running && should_replug (q)) {
     q->running = false;
     plug (q);
+    /* Requests that came in while the queue ran were not plugged, so
+     * nobody brought the unplug forward for a writer waiting on them.
+     */
+    if (q->dispatched_waiters > 0)
+      anticipate_idle (q);
     return false;
   }
   if (can_dispatch (q) && (b = batch_take (q)) != NULL) {

@@ -1075,6 +1075,40 @@ test_lone_dispatched_writer (void)
           " ms with unplug-delay=60s%s", took / MS, MODE);
 }
 
+/* An ack=dispatched write that arrives while the queue is busy must not
+ * be plugged again behind the whole unplug-delay once the backend is
+ * free: its writer is waiting for it.
+ */
+static void
+test_dispatched_writer_behind_busy_backend (void)
+{
+  struct queue_config cfg = test_config (60000 * MS, 1000);
+  struct write_job w0 = { .c = 'a', .count = 4 * KiB, .offset = 0 };
+  struct write_job w1 = { .c = 'b', .count = 4 * KiB, .offset = 64 * KiB };
+  struct test_thread t0 = TEST_THREAD_INIT, t1 = TEST_THREAD_INIT;
+  struct test_rig r;
+  bool ok;
+
+  cfg.ack = ACK_DISPATCHED;
+  ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
+  w0.q = w1.q = r.d[0].q;
+  if (ok)
+    test_backend_block (r.d[0].tb, TB_PWRITEV);
+  ok = ok && CHECK (test_thread_start (&t0, write_job_run, &w0) == 0);
+  ok = ok && CHECK (test_backend_wait_entered (r.d[0].tb, TB_PWRITEV, 1));
+  ok = ok && CHECK (test_thread_start (&t1, write_job_run, &w1) == 0);
+  ok = ok && CHECK (TEST_WAIT_FOR (test_stats (w1.q).op[OP_WRITE].requests
+                                   == 2));
+  test_backend_release (r.d[0].tb, TB_PWRITEV);
+  ok = ok && CHECK (test_thread_wait (&t0) && t0.result == 0);
+  ok = ok && CHECK (test_thread_wait (&t1) && t1.result == 0);
+  test_rig_stop (&r);
+  test_thread_join (&t0);
+  test_thread_join (&t1);
+  tap_ok (ok, "ack=dispatched: a write queued behind a busy backend goes"
+          " out when it is free, not after unplug-delay=60s%s", MODE);
+}
+
 /* FUA reports a latched error, like FLUSH. */
 static void
 test_error_fua (void)
@@ -1595,6 +1629,7 @@ static void (*const every_mode[]) (void) = {
   test_error_unseen_reaches_new_session,
   test_error_ack_dispatched,
   test_lone_dispatched_writer,
+  test_dispatched_writer_behind_busy_backend,
   test_error_fua,
   test_flush_failure,
   test_slow_disk_isolation,
