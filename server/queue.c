@@ -84,7 +84,6 @@ struct queue {
   struct piece_tree by_offset;
   struct piece_list by_age;
   struct piece_tree in_flight;  /* pieces on their way, by offset */
-  TAILQ_HEAD (, batch) batches;
   uint32_t nr_batches;
   uint32_t max_in_flight;       /* batches taken at once */
   struct elevator_state elevator;
@@ -150,7 +149,6 @@ queue_new (const char *name, struct backend *backend,
   RB_INIT (&q->by_offset);
   TAILQ_INIT (&q->by_age);
   RB_INIT (&q->in_flight);
-  TAILQ_INIT (&q->batches);
   q->max_in_flight = backend->ops->submit && backend->max_in_flight > 1
     ? backend->max_in_flight : SYNC_ROUND;
   q->elevator.by_offset = &q->by_offset;
@@ -344,7 +342,6 @@ piece_split_tail (struct queue *q, struct piece *p, uint64_t end)
   if (tail == NULL)
     return NULL;
   *tail = *p;
-  tail->first_piece = false;
   if (tail->buf)
     data_buffer_get (tail->buf);
   if (tail->waiter)
@@ -582,8 +579,6 @@ piece_new (struct queue *q, enum op_kind kind, uint64_t count,
   p->length = count;
   p->kind = kind;
   p->may_trim = (flags & REQ_MAY_TRIM) != 0;
-  p->state = PIECE_QUEUED;
-  p->first_piece = true;
   p->arrival_ns = monotonic_ns ();
   p->expires_ns = p->arrival_ns + q->cfg.write_expire_ns;
   return p;
@@ -899,7 +894,6 @@ queue_cache (struct queue *q, uint64_t count, uint64_t offset)
 
 /* One backend operation and the pieces it carries. */
 struct batch {
-  TAILQ_ENTRY (batch) link;
   struct queue *q;
   struct piece_list pieces;
   uint32_t nr_pieces;
@@ -959,7 +953,6 @@ static void
 batch_add (struct queue *q, struct batch *b, struct piece *p, uint64_t now)
 {
   queue_unlink (q, p);
-  p->state = PIECE_IN_FLIGHT;
   RB_INSERT (piece_tree, &q->in_flight, p);
   TAILQ_INSERT_TAIL (&b->pieces, p, batch);
   latency_record (&q->stats.queue_time, now - p->arrival_ns);
@@ -1001,7 +994,6 @@ batch_take (struct queue *q)
     p = next;
   }
   q->elevator.head = b->offset + b->bytes;
-  TAILQ_INSERT_TAIL (&q->batches, b, link);
   q->nr_batches++;
   return b;
 }
@@ -1116,7 +1108,6 @@ batch_complete (struct queue *q, struct batch *b, int err)
       p->waiter->pending--;
     piece_free (p);
   }
-  TAILQ_REMOVE (&q->batches, b, link);
   q->nr_batches--;
   free (b->iov);
   free (b);

@@ -39,8 +39,6 @@ struct completion {
   int err;                      /* first backend errno */
 };
 
-enum piece_state { PIECE_QUEUED, PIECE_IN_FLIGHT };
-
 struct piece {
   RB_ENTRY (piece) by_offset;   /* queued pieces, by offset */
   TAILQ_ENTRY (piece) by_age;   /* queued pieces, oldest first */
@@ -49,14 +47,12 @@ struct piece {
   uint64_t length;
   enum op_kind kind;            /* OP_WRITE, OP_ZERO or OP_TRIM */
   bool may_trim;                /* zero: holes allowed */
-  enum piece_state state;
   uint64_t seq;                 /* arrival order of its request */
   uint64_t arrival_ns;
   uint64_t expires_ns;          /* deadline */
   struct data_buffer *buf;      /* OP_WRITE only */
   uint32_t buf_offset;          /* where this piece's bytes start in buf */
   struct completion *waiter;    /* NULL when nobody waits */
-  bool first_piece;             /* counts as its request for statistics */
 };
 
 RB_HEAD (piece_tree, piece);
