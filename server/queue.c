@@ -1139,19 +1139,19 @@ static void
 batch_submit (struct queue *q, struct batch *b)
 {
   struct backend *be = q->backend;
-  int err;
 
   pthread_mutex_unlock (&q->lock);
   b->issued_ns = monotonic_ns ();
-  if (batch_prepare (b) == 0
-      && (b->io.done = batch_done, be->ops->submit (be, &b->io)) == 0) {
-    pthread_mutex_lock (&q->lock);
-    return;                     /* batch_done completes it */
+  if (batch_prepare (b) == 0) {
+    b->io.done = batch_done;
+    if (be->ops->submit (be, &b->io) == 0) {
+      pthread_mutex_lock (&q->lock);
+      return;                   /* batch_done completes it */
+    }
   }
-  err = errno ? errno : EIO;
+  /* Not submitted: complete it here as the backend would have. */
+  batch_done (&b->io, errno ? errno : EIO);
   pthread_mutex_lock (&q->lock);
-  batch_complete (q, b, err);
-  batch_wake (q);
 }
 
 /* An unplug sends out what was queued when it happened.  Requests that
