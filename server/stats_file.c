@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,6 +20,7 @@
 #include "queue.h"
 #include "stats.h"
 #include "stats_file.h"
+#include "timer_service.h"
 
 struct stats_file {
   char *path;
@@ -41,13 +41,14 @@ struct stats_file {
   bool failing;                 /* last write failed: log only changes */
 };
 
-static uint64_t
-clock_ns (clockid_t clock)
+/* Wall-clock time of a snapshot, for readers matching it to logs. */
+static double
+realtime_s (void)
 {
   struct timespec ts;
 
-  clock_gettime (clock, &ts);
-  return (uint64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
+  clock_gettime (CLOCK_REALTIME, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 /* ---------------------------------------------------------------- JSON */
@@ -284,7 +285,7 @@ document (struct queue **disks, size_t nr_disks,
   }
   if (set (root, "plugq_stats_version", num (STATS_FILE_VERSION)) == -1
       || set (root, "timestamp",
-              json_real (clock_ns (CLOCK_REALTIME) / 1e9)) == -1
+              json_real (realtime_s ())) == -1
       || set (root, "uptime", json_real (uptime_s)) == -1)
     goto fail;
   if (json_object_set_new (root, "disks", da) == -1) {
@@ -384,7 +385,7 @@ replace_file (struct stats_file *sf, const char *text, const char **what)
 int
 stats_file_write_now (struct stats_file *sf)
 {
-  double uptime = (clock_ns (CLOCK_MONOTONIC) - sf->start_ns) / 1e9;
+  double uptime = (monotonic_ns () - sf->start_ns) / 1e9;
   const char *what = "render";
   char *text;
   int r, saved;
@@ -434,7 +435,7 @@ writer_thread (void *arg)
      */
     add_ns (&next, sf->interval_ns);
     if ((uint64_t) next.tv_sec * 1000000000 + next.tv_nsec
-        < clock_ns (CLOCK_MONOTONIC)) {
+        < monotonic_ns ()) {
       clock_gettime (CLOCK_MONOTONIC, &next);
       add_ns (&next, sf->interval_ns);
     }
@@ -461,7 +462,6 @@ stats_file_start (const char *path, uint64_t interval_ns,
 {
   struct stats_file *sf;
   pthread_condattr_t attr;
-  sigset_t all, old;
   int err;
 
   sf = calloc (1, sizeof *sf);
@@ -479,7 +479,7 @@ stats_file_start (const char *path, uint64_t interval_ns,
   sf->nr_disks = nr_disks;
   sf->exports = exports;
   sf->nr_exports = nr_exports;
-  sf->start_ns = clock_ns (CLOCK_MONOTONIC);
+  sf->start_ns = monotonic_ns ();
 
   pthread_mutex_init (&sf->lock, NULL);
   pthread_mutex_init (&sf->write_lock, NULL);
@@ -488,13 +488,9 @@ stats_file_start (const char *path, uint64_t interval_ns,
   pthread_cond_init (&sf->wake, &attr);
   pthread_condattr_destroy (&attr);
 
-  /* Signals are the server's business, not this thread's. */
-  sigfillset (&all);
-  pthread_sigmask (SIG_SETMASK, &all, &old);
-  err = pthread_create (&sf->thread, NULL, writer_thread, sf);
-  pthread_sigmask (SIG_SETMASK, &old, NULL);
-  if (err != 0) {
-    log_error ("stats=%s: pthread_create: %s", path, strerror (err));
+  if (engine_thread_create (&sf->thread, writer_thread, sf) == -1) {
+    err = errno;
+    log_error ("stats=%s: cannot start the writer thread: %m", path);
     pthread_cond_destroy (&sf->wake);
     pthread_mutex_destroy (&sf->write_lock);
     pthread_mutex_destroy (&sf->lock);
