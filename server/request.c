@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fd_io.h"
 #include "request.h"
 
 /* Buffers for disks without alignment needs are one malloc with their
@@ -28,9 +29,8 @@ data_buffer_new (const void *src, uint32_t size, uint32_t align)
   else {
     if ((b = malloc (sizeof *b)) == NULL)
       return NULL;
-    if (posix_memalign (&data, align, size ? size : 1) != 0) {
+    if ((data = alloc_aligned (size ? size : 1, align)) == NULL) {
       free (b);
-      errno = ENOMEM;
       return NULL;
     }
   }
