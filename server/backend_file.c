@@ -37,7 +37,6 @@
  * enough not to matter next to the queue's own memory.
  */
 #define BOUNCE_SIZE (4 * 1024 * 1024)
-#define MAX_EXTENTS_PER_CALL 65536
 
 struct file_backend {
   struct backend b;             /* first, so the two pointers convert */

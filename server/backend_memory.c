@@ -33,11 +33,6 @@
 #define MEM_CHUNK_SIZE ((uint64_t) 1 << MEM_CHUNK_SHIFT)
 #define PAGES_PER_CHUNK (1u << (MEM_CHUNK_SHIFT - MEM_PAGE_SHIFT))
 
-/* Beyond this many extents in one answer the caller asks again; it keeps
- * one call's time and memory bounded on a badly fragmented disk.
- */
-#define MAX_EXTENTS_PER_CALL 65536
-
 struct chunk {
   uint64_t index;               /* offset >> MEM_CHUNK_SHIFT */
   unsigned npages;              /* non-NULL entries in pages */

@@ -9,6 +9,11 @@
 #define EXTENT_HOLE 1u
 #define EXTENT_ZERO 2u
 
+/* A backend answers with at most this many extents and the caller asks
+ * again: one call's time and memory stay bounded on a fragmented disk.
+ */
+#define MAX_EXTENTS_PER_CALL 65536
+
 struct extent {
   uint64_t offset;
   uint64_t length;
