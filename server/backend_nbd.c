@@ -436,16 +436,9 @@ static int
 issue_zero_writes (struct nbd_backend *nb, struct nbd_op *op, uint64_t count,
                    uint64_t offset)
 {
-  while (count > 0) {
-    uint64_t n = count < nb->max_payload ? count : nb->max_payload;
-
-    if (issue_chunks (nb, op, issue_pwrite, nb->zeroes, false, n, offset,
-                      n) == -1)
-      return -1;
-    offset += n;
-    count -= n;
-  }
-  return 0;
+  /* The same zero buffer for every chunk: it does not advance. */
+  return issue_chunks (nb, op, issue_pwrite, nb->zeroes, false, count, offset,
+                       nb->max_payload);
 }
 
 static int
