@@ -230,25 +230,39 @@ file_pwritev (struct backend *b, const struct iovec *iov, int iovcnt,
   return r;
 }
 
+/* After a zeroing method failed with errno: 1 when the next method
+ * should be tried (and, if the call is unsupported here, this one never
+ * again), -1 for a real error.
+ */
+static int
+zero_method_failed (struct file_backend *f, atomic_bool *can,
+                    const char *what)
+{
+  if (is_unsupported (errno)) {
+    atomic_store_explicit (can, false, memory_order_relaxed);
+    log_debug ("%s: %s unsupported, not trying again", f->path, what);
+    return 1;
+  }
+  /* Block devices refuse ranges not aligned to their sector. */
+  return errno == EINVAL ? 1 : -1;
+}
+
 /* 0: done; 1: this method cannot do it, try the next; -1: error. */
 static int
 try_fallocate (struct file_backend *f, atomic_bool *can, int mode,
                uint64_t count, uint64_t offset)
 {
+  char what[32];
+  int err;
+
   if (!atomic_load_explicit (can, memory_order_relaxed))
     return 1;
   if (fallocate (f->fd, mode, (off_t) offset, (off_t) count) == 0)
     return 0;
-  if (is_unsupported (errno)) {
-    atomic_store_explicit (can, false, memory_order_relaxed);
-    log_debug ("%s: fallocate mode %#x unsupported, not trying again",
-               f->path, (unsigned) mode);
-    return 1;
-  }
-  /* Block devices refuse ranges not aligned to their sector. */
-  if (errno == EINVAL)
-    return 1;
-  return -1;
+  err = errno;
+  snprintf (what, sizeof what, "fallocate mode %#x", (unsigned) mode);
+  errno = err;
+  return zero_method_failed (f, can, what);
 }
 
 static int
@@ -262,13 +276,7 @@ try_zeroout (struct file_backend *f, uint64_t count, uint64_t offset)
     return 1;
   if (ioctl (f->fd, BLKZEROOUT, range) == 0)
     return 0;
-  if (is_unsupported (errno)) {
-    atomic_store_explicit (&f->can_zeroout, false, memory_order_relaxed);
-    return 1;
-  }
-  if (errno == EINVAL)
-    return 1;
-  return -1;
+  return zero_method_failed (f, &f->can_zeroout, "BLKZEROOUT");
 }
 
 /* Without ZERO_RANGE but with punch hole (tmpfs, for one), a hole and
