@@ -144,6 +144,18 @@ EOF
   assert_config_error no-such.img
 }
 
+@test "config: an empty file as a disk" {
+  : >"$T/empty.img"
+  bad_config disk=e file="$T/empty.img"
+  assert_config_error disk=e empty.img "size 0"
+}
+
+@test "config: a sub-range misaligned for a direct=true member" {
+  make_direct_file 1M
+  bad_config disk=a file="$DIRECT_FILE" direct=true linear=v:a@512+4096
+  assert_config_error linear=v alignment
+}
+
 @test "config: file= naming a directory" {
   mkdir "$T/adir"
   bad_config disk=a file="$T/adir"

@@ -976,6 +976,14 @@ build_disk (struct entry *d)
     b = backend_memory_new (d->memory_size);
   if (b == NULL)
     return -1;                  /* the backend has said why, in one line */
+  /* Said here, in the user's terms, rather than by the export's range
+   * check; nothing could be stored on it anyway.
+   */
+  if (b->size == 0) {
+    nbdkit_error ("disk=%s: %s is empty (size 0)", d->name, b->description);
+    backend_close (b);
+    return -1;
+  }
 
   d->queue = queue_new (d->name, b, &d->qc);
   if (d->queue == NULL) {
@@ -1026,20 +1034,11 @@ append_member (struct entry *v, const struct member *m)
       return -1;
     }
   }
-  else if (size == 0) {
-    nbdkit_error ("linear=%s: member '%s' is empty (size 0)",
-                  v->spec, m->text);
-    return -1;
-  }
 
-  if ((t->kind == ENTRY_DISK
-       ? linear_append_disk (v->export, t->queue, offset, length)
-       : linear_append_linear (v->export, t->export, offset, length)) == -1) {
-    nbdkit_error ("linear=%s: cannot add member '%s': %m",
-                  v->spec, m->text);
-    return -1;
-  }
-  return 0;
+  /* The engine says why it refuses a member. */
+  return t->kind == ENTRY_DISK
+    ? linear_append_disk (v->export, t->queue, offset, length)
+    : linear_append_linear (v->export, t->export, offset, length);
 }
 
 /* Members first (dependency order); config_complete ruled out cycles,

@@ -61,8 +61,10 @@ append_row (struct linear *l, struct queue *disk, uint64_t disk_offset,
   struct linear_row *rows;
 
   rows = realloc (l->rows, (l->nr_rows + 1) * sizeof *rows);
-  if (rows == NULL)
+  if (rows == NULL) {
+    log_error ("linear=%s: %m", l->name);
     return -1;
+  }
   l->rows = rows;
   rows[l->nr_rows++] = (struct linear_row) {
     .start = l->size, .length = length,
