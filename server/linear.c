@@ -425,6 +425,8 @@ linear_flush (struct linear *l, struct session *s)
   uint64_t inline_tickets[8], *tickets = inline_tickets;
   int first_err = 0;
 
+  if (l->nr_members == 1)
+    return queue_flush (l->members[0], s);
   if (l->nr_members > 8
       && (tickets = malloc (l->nr_members * sizeof *tickets)) == NULL)
     return -1;

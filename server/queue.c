@@ -542,15 +542,14 @@ queue_flush_start (struct queue *q)
   return ticket;
 }
 
-int
-queue_flush_wait (struct queue *q, struct session *s, uint64_t ticket)
+/* Lock held on entry, released on return. */
+static int
+flush_wait_and_unlock (struct queue *q, struct session *s, uint64_t ticket,
+                       uint64_t start_ns)
 {
-  uint64_t start = monotonic_ns ();
-  int err;
+  int err = flush_wait_locked (q, s, ticket);
 
-  pthread_mutex_lock (&q->lock);
-  err = flush_wait_locked (q, s, ticket);
-  latency_record (&q->stats.flush_time, monotonic_ns () - start);
+  latency_record (&q->stats.flush_time, monotonic_ns () - start_ns);
   pthread_mutex_unlock (&q->lock);
   if (err) {
     errno = err;
@@ -560,9 +559,25 @@ queue_flush_wait (struct queue *q, struct session *s, uint64_t ticket)
 }
 
 int
+queue_flush_wait (struct queue *q, struct session *s, uint64_t ticket)
+{
+  uint64_t start = monotonic_ns ();
+
+  pthread_mutex_lock (&q->lock);
+  return flush_wait_and_unlock (q, s, ticket, start);
+}
+
+/* One disk: no other member to overlap with, so the flushing thread
+ * does the work itself instead of waking the dispatch thread for it.
+ */
+int
 queue_flush (struct queue *q, struct session *s)
 {
-  return queue_flush_wait (q, s, queue_flush_start (q));
+  uint64_t start = monotonic_ns ();
+
+  pthread_mutex_lock (&q->lock);
+  q->stats.flushes++;
+  return flush_wait_and_unlock (q, s, flush_start_locked (q), start);
 }
 
 /* ------------------------------------------------------------ submit */
