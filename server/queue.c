@@ -912,6 +912,7 @@ struct batch {
   struct queue *q;
   struct piece_list pieces;
   uint32_t nr_pieces;
+  uint32_t requests;            /* distinct requests among them */
   uint64_t offset;
   uint64_t bytes;
   enum op_kind kind;
@@ -1013,49 +1014,6 @@ batch_take (struct queue *q)
   return b;
 }
 
-/* Unlocked: describe the batch as one backend operation. */
-static int
-batch_prepare (struct batch *b)
-{
-  static const enum backend_io_kind kinds[] = {
-    [OP_WRITE] = BACKEND_WRITE, [OP_ZERO] = BACKEND_ZERO,
-    [OP_TRIM] = BACKEND_TRIM,
-  };
-  struct piece *p;
-  int i = 0;
-
-  b->io = (struct backend_io) {
-    .kind = kinds[b->kind], .offset = b->offset, .count = b->bytes,
-    .may_trim = b->may_trim,
-  };
-  if (b->kind != OP_WRITE)
-    return 0;
-  if ((b->iov = malloc (b->nr_pieces * sizeof *b->iov)) == NULL)
-    return -1;
-  TAILQ_FOREACH (p, &b->pieces, batch) {
-    b->iov[i].iov_base = p->buf->data + p->buf_offset;
-    b->iov[i].iov_len = p->length;
-    i++;
-  }
-  b->io.iov = b->iov;
-  b->io.iovcnt = i;
-  return 0;
-}
-
-static int
-batch_run_sync (struct backend *be, const struct backend_io *io)
-{
-  switch (io->kind) {
-  case BACKEND_WRITE:
-    return be->ops->pwritev (be, io->iov, io->iovcnt, io->offset);
-  case BACKEND_ZERO:
-    return be->ops->zero (be, io->count, io->offset, io->may_trim);
-  case BACKEND_TRIM:
-    return be->ops->trim (be, io->count, io->offset);
-  }
-  abort ();
-}
-
 static int
 seq_cmp (const void *a, const void *b)
 {
@@ -1088,6 +1046,54 @@ batch_requests (const struct batch *b)
   return distinct;
 }
 
+/* Unlocked: describe the batch as one backend operation. */
+static int
+batch_prepare (struct batch *b)
+{
+  static const enum backend_io_kind kinds[] = {
+    [OP_WRITE] = BACKEND_WRITE, [OP_ZERO] = BACKEND_ZERO,
+    [OP_TRIM] = BACKEND_TRIM,
+  };
+  struct piece *p;
+  int i = 0;
+
+  /* For the merge count, here rather than under the lock at completion:
+   * the pieces cannot change while they are in flight.
+   */
+  b->requests = batch_requests (b);
+  b->io = (struct backend_io) {
+    .kind = kinds[b->kind], .offset = b->offset, .count = b->bytes,
+    .may_trim = b->may_trim,
+  };
+  if (b->kind != OP_WRITE)
+    return 0;
+  if ((b->iov = malloc (b->nr_pieces * sizeof *b->iov)) == NULL)
+    return -1;
+  TAILQ_FOREACH (p, &b->pieces, batch) {
+    b->iov[i].iov_base = p->buf->data + p->buf_offset;
+    b->iov[i].iov_len = p->length;
+    i++;
+  }
+  b->io.iov = b->iov;
+  b->io.iovcnt = i;
+  return 0;
+}
+
+static int
+batch_run_sync (struct backend *be, const struct backend_io *io)
+{
+  switch (io->kind) {
+  case BACKEND_WRITE:
+    return be->ops->pwritev (be, io->iov, io->iovcnt, io->offset);
+  case BACKEND_ZERO:
+    return be->ops->zero (be, io->count, io->offset, io->may_trim);
+  case BACKEND_TRIM:
+    return be->ops->trim (be, io->count, io->offset);
+  }
+  abort ();
+}
+
+
 /* Under the lock: the batch is on the backend (or failed).  The caller
  * wakes the waiters (batch_wake), once for however many batches it
  * completed.
@@ -1102,7 +1108,7 @@ batch_complete (struct queue *q, struct batch *b, int err)
 
   c->backend_ops++;
   c->backend_bytes += b->bytes;
-  c->merges += batch_requests (b) - 1;
+  c->merges += b->requests - 1;
   q->stats.requests_dispatched += b->nr_pieces;
   latency_record (&q->stats.dispatch_time, now - b->issued_ns);
   if (err)
