@@ -361,6 +361,21 @@ flush_covers (const struct queue *q, const struct piece *p)
   return q->flush.wanted && p->seq <= q->flush.barrier_seq;
 }
 
+/* The first piece of a tree that reaches offset or beyond.  Pieces in
+ * one tree never overlap, so only the one before the first that starts
+ * at offset or later can reach into the range.
+ */
+static struct piece *
+first_reaching (struct piece_tree *tree, uint64_t offset)
+{
+  struct piece key = { .offset = offset };
+  struct piece *p = RB_NFIND (piece_tree, tree, &key);
+  struct piece *prev = p ? RB_PREV (piece_tree, tree, p)
+    : RB_MAX (piece_tree, tree);
+
+  return prev && piece_end (prev) > offset ? prev : p;
+}
+
 /* Makes [offset, end) free of queued pieces, so the new piece is the
  * only source of those bytes.  In-flight pieces are left alone: they are
  * older, already being written, and the new piece goes out after them.
@@ -370,14 +385,13 @@ flush_covers (const struct queue *q, const struct piece *p)
 static int
 cut_overlaps (struct queue *q, uint64_t offset, uint64_t end)
 {
+  struct piece *p = first_reaching (&q->by_offset, offset);
   int covered = 0;
 
-  struct piece key = { .offset = offset };
-  struct piece *p = RB_NFIND (piece_tree, &q->by_offset, &key);
-  struct piece *prev = p ? RB_PREV (piece_tree, &q->by_offset, p)
-    : RB_MAX (piece_tree, &q->by_offset);
+  if (p && p->offset < offset) {        /* keeps its head */
+    struct piece *prev = p;
 
-  if (prev && piece_end (prev) > offset) {
+    p = RB_NEXT (piece_tree, &q->by_offset, prev);
     covered |= flush_covers (q, prev);
     if (piece_end (prev) > end && piece_split_tail (q, prev, end) == NULL)
       return -1;
@@ -769,15 +783,10 @@ static int
 collect_tree (struct piece_tree *tree, uint64_t offset, uint64_t end,
               struct overlay_set *set)
 {
-  struct piece key = { .offset = offset };
-  struct piece *p = RB_NFIND (piece_tree, tree, &key);
+  struct piece *p = first_reaching (tree, offset);
 
-  if (p && RB_PREV (piece_tree, tree, p))
-    p = RB_PREV (piece_tree, tree, p);
-  else if (p == NULL)
-    p = RB_MAX (piece_tree, tree);
   for (; p && p->offset < end; p = RB_NEXT (piece_tree, tree, p))
-    if (piece_end (p) > offset && overlay_add (set, p) == -1)
+    if (overlay_add (set, p) == -1)
       return -1;
   return 0;
 }
@@ -937,13 +946,9 @@ batch_limit (const struct queue *q)
 static bool
 overlaps_in_flight (struct queue *q, const struct piece *p)
 {
-  struct piece key = { .offset = p->offset };
-  struct piece *f = RB_NFIND (piece_tree, &q->in_flight, &key);
-  struct piece *prev = f ? RB_PREV (piece_tree, &q->in_flight, f)
-    : RB_MAX (piece_tree, &q->in_flight);
+  struct piece *f = first_reaching (&q->in_flight, p->offset);
 
-  return (f && f->offset < piece_end (p))
-    || (prev && piece_end (prev) > p->offset);
+  return f && f->offset < piece_end (p);
 }
 
 /* When the elevator's choice must wait for an operation in flight, the
