@@ -37,7 +37,10 @@ struct backend_io {
   uint64_t offset;
   uint64_t count;
   bool may_trim;                /* BACKEND_ZERO */
-  /* Called once, from the backend's own thread, when it is done. */
+  /* Called once when it is done: from the backend's thread, or from
+   * inside submit itself when it finishes (or fails) at once, so submit
+   * must never be called with a lock done takes.
+   */
   void (*done) (struct backend_io *, int err);
 };
 
