@@ -36,12 +36,22 @@
 #define ZERO_CHUNK (1024 * 1024 * 1024)        /* under NBD's 32-bit count */
 #define MAX_BACKOFF_NS (UINT64_C (30) * 1000000000)
 
+/* What the remote offered when the disk was opened: the backend's limits
+ * and the commands it sends follow from it for the life of the disk.
+ */
+struct remote_caps {
+  int64_t size;
+  uint32_t minimum;             /* block size */
+  uint32_t preferred;
+  uint32_t max_payload;         /* at most NBD_DEFAULT_PAYLOAD */
+  bool read_only;
+  bool can_flush, can_trim, can_zero, can_fast_zero, can_cache, can_extents;
+};
+
 struct nbd_backend {
   struct backend b;
   char *uri;
-  uint64_t size;
-  uint32_t max_payload;
-  bool can_flush, can_trim, can_zero, can_cache, can_extents;
+  struct remote_caps caps;      /* read once, at open */
   uint64_t reconnect_ns;
   uint64_t backoff_ns;
 
@@ -358,7 +368,7 @@ remote_pread (struct backend *b, void *buf, size_t count, uint64_t offset)
 {
   struct nbd_backend *nb = to_nbd (b);
 
-  return run_sync (nb, issue_pread, buf, count, offset, nb->max_payload);
+  return run_sync (nb, issue_pread, buf, count, offset, nb->caps.max_payload);
 }
 
 static int
@@ -367,7 +377,7 @@ remote_flush (struct backend *b)
   struct nbd_backend *nb = to_nbd (b);
 
   /* A server that cannot flush writes through (the spec's reading). */
-  if (!nb->can_flush)
+  if (!nb->caps.can_flush)
     return 0;
   return run_sync (nb, issue_flush, NULL, 1, 0, 1);
 }
@@ -377,7 +387,7 @@ remote_cache (struct backend *b, uint64_t count, uint64_t offset)
 {
   struct nbd_backend *nb = to_nbd (b);
 
-  if (!nb->can_cache)
+  if (!nb->caps.can_cache)
     return 0;
   return run_sync (nb, issue_cache, NULL, count, offset, ZERO_CHUNK);
 }
@@ -389,7 +399,7 @@ remote_extents (struct backend *b, uint64_t count, uint64_t offset,
   struct nbd_backend *nb = to_nbd (b);
   struct nbd_op *op;
 
-  if (!nb->can_extents)
+  if (!nb->caps.can_extents)
     return extent_list_append (list, offset, count, 0);
   if ((op = op_new (nb)) == NULL)
     return -1;
@@ -438,7 +448,7 @@ issue_zero_writes (struct nbd_backend *nb, struct nbd_op *op, uint64_t count,
 {
   /* The same zero buffer for every chunk: it does not advance. */
   return issue_chunks (nb, op, issue_pwrite, nb->zeroes, false, count, offset,
-                       nb->max_payload);
+                       nb->caps.max_payload);
 }
 
 static int
@@ -453,15 +463,15 @@ issue_io (struct nbd_backend *nb, struct nbd_op *op,
     if (data == NULL)
       return -1;
     return issue_chunks (nb, op, issue_pwrite, data, true, io->count,
-                         io->offset, nb->max_payload);
+                         io->offset, nb->caps.max_payload);
   case BACKEND_ZERO:
-    if (!nb->can_zero)
+    if (!nb->caps.can_zero)
       return issue_zero_writes (nb, op, io->count, io->offset);
     return issue_chunks (nb, op, io->may_trim ? issue_zero_may_trim
                          : issue_zero_no_hole, NULL, false, io->count,
                          io->offset, ZERO_CHUNK);
   case BACKEND_TRIM:
-    if (!nb->can_trim)
+    if (!nb->caps.can_trim)
       return 0;                 /* advisory */
     return issue_chunks (nb, op, issue_trim, NULL, false, io->count,
                          io->offset, ZERO_CHUNK);
@@ -523,6 +533,43 @@ remote_trim (struct backend *b, uint64_t count, uint64_t offset)
                            .count = count };
 
   return sync_io (b, &io);
+}
+
+/* ------------------------------------------------------------ capabilities */
+
+static uint32_t
+block_size_or (struct nbd_handle *h, int which, uint32_t fallback)
+{
+  int64_t v = nbd_get_block_size (h, which);
+
+  return v > 0 && v <= UINT32_MAX ? (uint32_t) v : fallback;
+}
+
+/* -1 if the size cannot be had (a handle that is not connected), with
+ * libnbd's error left for the caller.
+ */
+static int
+read_capabilities (struct nbd_handle *h, struct remote_caps *c)
+{
+  uint32_t max;
+
+  if ((c->size = nbd_get_size (h)) < 0)
+    return -1;
+  max = block_size_or (h, LIBNBD_SIZE_MAXIMUM, NBD_DEFAULT_PAYLOAD);
+  c->minimum = block_size_or (h, LIBNBD_SIZE_MINIMUM, 1);
+  c->preferred = block_size_or (h, LIBNBD_SIZE_PREFERRED, 4096);
+  if (c->preferred < c->minimum)
+    c->preferred = c->minimum;
+  c->max_payload = max < NBD_DEFAULT_PAYLOAD ? max : NBD_DEFAULT_PAYLOAD;
+  c->read_only = nbd_is_read_only (h) == 1;
+  c->can_flush = nbd_can_flush (h) == 1;
+  c->can_trim = nbd_can_trim (h) == 1;
+  c->can_zero = nbd_can_zero (h) == 1;
+  c->can_fast_zero = nbd_can_fast_zero (h) == 1;
+  c->can_cache = nbd_can_cache (h) == 1;
+  c->can_extents =
+    nbd_can_meta_context (h, LIBNBD_CONTEXT_BASE_ALLOCATION) == 1;
+  return 0;
 }
 
 /* ------------------------------------------------------------ loop */
@@ -613,7 +660,7 @@ stop_cb (struct ev_loop *loop, ev_async *w, int revents)
   ev_break (loop, EVBREAK_ALL);
 }
 
-/* A fresh connection, checked to be the same disk. */
+/* A fresh connection; retry_cb checks it before using it. */
 static struct nbd_handle *
 dial (struct nbd_backend *nb, bool quiet)
 {
@@ -638,7 +685,7 @@ retry_cb (struct ev_loop *loop, ev_timer *w, int revents)
   struct nbd_backend *nb = w->data;
   struct nbd_handle *h = dial (nb, true), *old;
 
-  if (h && nbd_get_size (h) != (int64_t) nb->size) {
+  if (h && nbd_get_size (h) != nb->caps.size) {
     log_error ("%s: came back with a different size; not using it", nb->uri);
     nbd_close (h);
     h = NULL;
@@ -737,36 +784,21 @@ static const struct backend_ops nbd_ops = {
 
 /* ------------------------------------------------------------ open */
 
-static uint32_t
-block_size_or (struct nbd_handle *h, int which, uint32_t fallback)
-{
-  int64_t v = nbd_get_block_size (h, which);
-
-  return v > 0 && v <= UINT32_MAX ? (uint32_t) v : fallback;
-}
-
+/* The backend's limits, from what the remote offered at open. */
 static void
-read_capabilities (struct nbd_backend *nb)
+set_limits (struct nbd_backend *nb)
 {
-  struct nbd_handle *h = nb->h;
-  uint32_t max = block_size_or (h, LIBNBD_SIZE_MAXIMUM, NBD_DEFAULT_PAYLOAD);
+  const struct remote_caps *c = &nb->caps;
 
-  nb->max_payload = max < NBD_DEFAULT_PAYLOAD ? max : NBD_DEFAULT_PAYLOAD;
-  nb->can_flush = nbd_can_flush (h) == 1;
-  nb->can_trim = nbd_can_trim (h) == 1;
-  nb->can_zero = nbd_can_zero (h) == 1;
-  nb->can_cache = nbd_can_cache (h) == 1;
-  nb->can_extents =
-    nbd_can_meta_context (h, LIBNBD_CONTEXT_BASE_ALLOCATION) == 1;
-  nb->b.limits.minimum = block_size_or (h, LIBNBD_SIZE_MINIMUM, 1);
-  nb->b.limits.preferred = block_size_or (h, LIBNBD_SIZE_PREFERRED, 4096);
-  nb->b.limits.maximum = nb->max_payload;
-  if (nb->b.limits.preferred < nb->b.limits.minimum)
-    nb->b.limits.preferred = nb->b.limits.minimum;
-  nb->b.max_write = nb->max_payload;
+  nb->b.size = c->size;
+  nb->b.limits.minimum = c->minimum;
+  nb->b.limits.preferred = c->preferred;
+  nb->b.limits.maximum = c->max_payload;
+  nb->b.max_write = c->max_payload;
   nb->b.max_iov = 1024;
   nb->b.max_in_flight = MAX_IN_FLIGHT;
-  nb->b.can_fast_zero = nb->can_zero && nbd_can_fast_zero (h) == 1;
+  /* Fast zero rides on WRITE_ZEROES: without it zero is emulated. */
+  nb->b.can_fast_zero = c->can_zero && c->can_fast_zero;
   nb->b.trim_reads_zero = false;
 }
 
@@ -774,7 +806,6 @@ struct backend *
 backend_nbd_open (const char *uri, uint64_t reconnect_ns)
 {
   struct nbd_backend *nb = calloc (1, sizeof *nb);
-  int64_t size;
 
   if (nb == NULL || (nb->uri = strdup (uri)) == NULL)
     goto nomem;
@@ -788,16 +819,15 @@ backend_nbd_open (const char *uri, uint64_t reconnect_ns)
     errno = ENOTCONN;
     goto fail;
   }
-  size = nbd_get_size (nb->h);
-  if (size < 0) {
+  if (read_capabilities (nb->h, &nb->caps) == -1) {
     log_error ("%s: %s", uri, nbd_get_error ());
     errno = EIO;
     goto fail;
   }
   nb->connected = true;
-  nb->size = nb->b.size = size;
-  read_capabilities (nb);
-  if (!nb->can_zero && (nb->zeroes = calloc (1, nb->max_payload)) == NULL)
+  set_limits (nb);
+  if (!nb->caps.can_zero
+      && (nb->zeroes = calloc (1, nb->caps.max_payload)) == NULL)
     goto nomem;
   if (asprintf (&nb->b.description, "nbd %s", uri) == -1) {
     nb->b.description = NULL;
