@@ -11,7 +11,8 @@
  * A lost connection fails every command that needed it (libnbd completes
  * them with an error, which the queue latches for answered writes).  With
  * reconnect= the loop thread dials again with exponential backoff and
- * swaps the new connection in; until then commands fail at once.
+ * swaps the new connection in once it offers everything the first one
+ * did; until then commands fail at once.
  */
 #include <config.h>
 
@@ -36,8 +37,11 @@
 #define ZERO_CHUNK (1024 * 1024 * 1024)        /* under NBD's 32-bit count */
 #define MAX_BACKOFF_NS (UINT64_C (30) * 1000000000)
 
-/* What the remote offered when the disk was opened: the backend's limits
- * and the commands it sends follow from it for the life of the disk.
+/* What the remote offered when the disk was opened.  It was advertised to
+ * nbdkit's clients and built into the queue's limits, and neither can be
+ * taken back, so a reconnected remote must offer all of it again
+ * (capabilities_still_met).  One that offers more is used as the first
+ * one was: nothing is widened.
  */
 struct remote_caps {
   int64_t size;
@@ -545,8 +549,9 @@ block_size_or (struct nbd_handle *h, int which, uint32_t fallback)
   return v > 0 && v <= UINT32_MAX ? (uint32_t) v : fallback;
 }
 
-/* -1 if the size cannot be had (a handle that is not connected), with
- * libnbd's error left for the caller.
+/* Read the same way at open and on every reconnect, so that the two
+ * compare like for like.  -1 if the size cannot be had (a handle that is
+ * not connected), with libnbd's error left for the caller.
  */
 static int
 read_capabilities (struct nbd_handle *h, struct remote_caps *c)
@@ -570,6 +575,41 @@ read_capabilities (struct nbd_handle *h, struct remote_caps *c)
   c->can_extents =
     nbd_can_meta_context (h, LIBNBD_CONTEXT_BASE_ALLOCATION) == 1;
   return 0;
+}
+
+/* Whether a reconnected remote (h) still offers everything this disk was
+ * opened with: NULL if it does, else what it lost, for the log.  Each
+ * loss would have plugq send commands or sizes the remote refuses (or,
+ * for FAST_ZERO, break a promise made to clients).  The preferred block
+ * size is only a hint, so it may change.
+ */
+static const char *
+capabilities_still_met (const struct nbd_backend *nb, struct nbd_handle *h)
+{
+  const struct remote_caps *was = &nb->caps;
+  struct remote_caps now;
+
+  if (read_capabilities (h, &now) == -1 || now.size != was->size)
+    return "with a different size";
+  if (now.read_only && !was->read_only)
+    return "read-only";
+  if (was->can_zero && !now.can_zero)
+    return "without WRITE_ZEROES";
+  if (was->can_fast_zero && !now.can_fast_zero)
+    return "without FAST_ZERO";
+  if (was->can_flush && !now.can_flush)
+    return "without FLUSH";
+  if (was->can_trim && !now.can_trim)
+    return "without TRIM";
+  if (was->can_cache && !now.can_cache)
+    return "without CACHE";
+  if (was->can_extents && !now.can_extents)
+    return "without base:allocation extents";
+  if (now.max_payload < was->max_payload)
+    return "with a smaller maximum payload";
+  if (now.minimum > was->minimum)
+    return "with a larger minimum block size";
+  return NULL;
 }
 
 /* ------------------------------------------------------------ loop */
@@ -684,9 +724,10 @@ retry_cb (struct ev_loop *loop, ev_timer *w, int revents)
 {
   struct nbd_backend *nb = w->data;
   struct nbd_handle *h = dial (nb, true), *old;
+  const char *lost;
 
-  if (h && nbd_get_size (h) != nb->caps.size) {
-    log_error ("%s: came back with a different size; not using it", nb->uri);
+  if (h && (lost = capabilities_still_met (nb, h)) != NULL) {
+    log_error ("%s: came back %s; not using it", nb->uri, lost);
     nbd_close (h);
     h = NULL;
   }
