@@ -6,7 +6,9 @@
 # pass-through and emulation of zero and trim, extents, size and block
 # size from the remote, a volume of two remotes, a remote write error
 # (ack=queued latches it, ack=dispatched returns it), a remote that dies,
-# reconnect= to a new remote on the same socket, and bad URIs.
+# reconnect= to a new remote on the same socket (refused while it offers
+# less than the first one did, taken but not widened when it offers
+# more), and bad URIs.
 
 load helpers
 
@@ -714,6 +716,230 @@ except AssertionError as e:
     P.append(str(e))
 check_problems(P)
 EOF
+}
+
+# ---------------------------------------------------------------- reconnect: capabilities
+
+# What plugq advertised to its clients when it opened a remote must stay
+# true, so a remote that comes back offering less is not used.
+
+# start_store: a memory disk on $(rsock store) that outlives the remotes
+# in front of it (nbdkit's nbd plugin), so data written through one
+# remote is there in the next.  Sets STORE to the nbd plugin's socket=.
+start_store() {
+  start_remote store memory 1M
+  STORE=socket=$(rsock store)
+}
+
+# eval_file_remote FILE CAN_FLUSH CAN_TRIM: sets EVAL_REMOTE to the
+# arguments of an eval-plugin remote over FILE, where CAN_FLUSH and
+# CAN_TRIM (0 yes, 3 no) are the only differences: no nbdkit filter takes
+# FLUSH or TRIM away.  Trim is advisory, so doing nothing is a real one.
+eval_file_remote() {
+  local f=$1
+  EVAL_REMOTE=(eval get_size="stat -c %s $f"
+    pread="dd if=$f iflag=skip_bytes,count_bytes skip=\$4 count=\$3 status=none"
+    pwrite="dd of=$f oflag=seek_bytes conv=notrunc seek=\$4 status=none"
+    can_write='exit 0' can_flush="exit $2" flush="sync $f"
+    can_trim="exit $3" trim='exit 0')
+}
+
+# refused_then_back WHAT GOOD-ARGS... -- WEAK-ARGS...: plugq with
+# reconnect=50ms serves the remote r (nbdkit GOOD-ARGS), data is written
+# through it, and r is killed.  Then nbdkit WEAK-ARGS comes up on r's
+# socket, offering less than GOOD-ARGS: plugq must not use it, and say
+# "came back WHAT; not using it" (and nothing else) while reads still
+# fail.  Last GOOD-ARGS comes back: plugq reconnects and serves the data
+# written before the loss, and takes new writes and zeroes.
+refused_then_back() {
+  local what=$1 a good=()
+  shift
+  for a in "$@"; do
+    shift
+    [ "$a" = "--" ] && break
+    good+=("$a")
+  done
+  start_remote r "${good[@]}"
+  start_plugq disk=r nbd="$(ruri r)" reconnect=50ms
+  timeout 60 "$PYTHON" - "$(rsock r)" "$(rpid r)" "$PLUGQ_LOG" "$what" \
+    "${good[@]}" -- "$@" <<'EOF'
+import sys, nbd
+from nbdremote import *
+SOCK, PIDF, PLOG, WHAT = sys.argv[1:5]
+rest = sys.argv[5:]
+GOOD, WEAK = rest[:rest.index("--")], rest[rest.index("--") + 1:]
+
+def log_lines(word):
+    with open(PLOG) as f:
+        return [l.rstrip("\n") for l in f if word in l]
+
+x = pattern(30, 64 * KiB)
+zeroed = fill(0xff, 16 * KiB) + fill(0, 32 * KiB) + fill(0xff, 16 * KiB)
+h = connect("r")
+h.pwrite(x, 0)
+h.pwrite(fill(0xff, 64 * KiB), 256 * KiB)
+h.zero(32 * KiB, 256 * KiB + 16 * KiB)
+h.flush()
+expect_read(h, 256 * KiB, zeroed, "zeroed range before the loss")
+
+kill_remote(PIDF)
+expect_error("read while the remote is gone", "EIO", h.pread, 4096, 0)
+
+start_remote(SOCK, PIDF, *WEAK)
+want = "came back %s; not using it" % WHAT
+def refused():
+    taken = log_lines("reconnected")
+    assert not taken, "plugq took the remote that came back %s: %s" % (WHAT, taken)
+    return log_lines("not using it")
+poll(refused, 10, "plugq's log refusing the remote that came back %s" % WHAT)
+expect_error("read while only the weaker remote is there", "EIO", h.pread, 4096, 0)
+refusals = log_lines("not using it")
+wrong = [l for l in refusals if want not in l or SOCK not in l]
+assert not wrong, "plugq refused the remote (%s) for another reason than %r: %s" \
+    % (" ".join(WEAK), want, wrong)
+assert not log_lines("reconnected"), \
+    "plugq took the remote that came back %s: %s" % (WHAT, log_lines("reconnected"))
+kill_remote(PIDF)
+
+start_remote(SOCK, PIDF, *GOOD)
+def served():
+    try:
+        return h.pread(64 * KiB, 0) == x
+    except nbd.Error as e:
+        if e.errno != "EIO":
+            raise
+        return False
+poll(served, 20, "reads served again once the original remote is back", 0.05)
+expect_read(h, 256 * KiB, zeroed, "zeroed range written before the loss")
+y = pattern(31, 64 * KiB)
+h.pwrite(y, 512 * KiB)
+h.zero(16 * KiB, 512 * KiB + 8 * KiB)
+h.flush()
+expect_read(h, 512 * KiB, y[:8 * KiB] + fill(0, 16 * KiB) + y[24 * KiB:],
+            "write and zero after the reconnect")
+assert len(log_lines("reconnected")) == 1, \
+    "plugq's log should say 'reconnected' once: %s" % log_lines("reconnected")
+EOF
+}
+
+@test "nbd: reconnect= refuses a remote that came back without WRITE_ZEROES, then takes the original back" {
+  skip_if_sanitized
+  start_store
+  refused_then_back "without WRITE_ZEROES" nbd "$STORE" \
+    -- --filter=nozero nbd "$STORE" zeromode=none
+}
+
+@test "nbd: reconnect= refuses a remote that came back with a smaller maximum payload" {
+  skip_if_sanitized
+  start_store
+  refused_then_back "with a smaller maximum payload" nbd "$STORE" \
+    -- --filter=blocksize-policy nbd "$STORE" blocksize-maximum=64K
+}
+
+@test "nbd: reconnect= refuses a remote that came back with a larger minimum block size" {
+  skip_if_sanitized
+  start_store
+  refused_then_back "with a larger minimum block size" nbd "$STORE" \
+    -- --filter=blocksize-policy nbd "$STORE" blocksize-minimum=4096
+}
+
+@test "nbd: reconnect= refuses a remote that came back read-only" {
+  skip_if_sanitized
+  start_store
+  refused_then_back "read-only" nbd "$STORE" -- -r nbd "$STORE"
+}
+
+@test "nbd: reconnect= refuses a remote that came back without FAST_ZERO" {
+  skip_if_sanitized
+  start_store
+  refused_then_back "without FAST_ZERO" nbd "$STORE" \
+    -- --filter=nozero nbd "$STORE" zeromode=plugin fastzeromode=none
+}
+
+@test "nbd: reconnect= refuses a remote that came back without CACHE" {
+  skip_if_sanitized
+  start_store
+  refused_then_back "without CACHE" nbd "$STORE" \
+    -- --filter=nocache nbd "$STORE" cachemode=none
+}
+
+@test "nbd: reconnect= refuses a remote that came back without base:allocation extents" {
+  skip_if_sanitized
+  start_store
+  # Without structured replies there are no meta contexts.
+  refused_then_back "without base:allocation extents" nbd "$STORE" -- --no-sr nbd "$STORE"
+}
+
+@test "nbd: reconnect= refuses a remote that came back without FLUSH" {
+  skip_if_sanitized
+  make_file "$T/r.img" 1M
+  local good
+  eval_file_remote "$T/r.img" 0 0
+  good=("${EVAL_REMOTE[@]}")
+  eval_file_remote "$T/r.img" 3 0
+  refused_then_back "without FLUSH" "${good[@]}" -- "${EVAL_REMOTE[@]}"
+}
+
+@test "nbd: reconnect= refuses a remote that came back without TRIM" {
+  skip_if_sanitized
+  make_file "$T/r.img" 1M
+  local good
+  eval_file_remote "$T/r.img" 0 0
+  good=("${EVAL_REMOTE[@]}")
+  eval_file_remote "$T/r.img" 0 3
+  refused_then_back "without TRIM" "${good[@]}" -- "${EVAL_REMOTE[@]}"
+}
+
+@test "nbd: reconnect= takes a remote that came back stronger, and keeps to what it advertised" {
+  skip_if_sanitized
+  start_store
+  # Opened without zero and with a 64K maximum; comes back with zero and
+  # the default 32M maximum.
+  start_remote r --filter=nozero --filter=blocksize-policy \
+    nbd "$STORE" zeromode=none blocksize-maximum=64K
+  start_plugq "${LONG_QUEUE[@]}" disk=r nbd="$(ruri r)" reconnect=50ms
+  run nbdinfo --json "$(uri r)"
+  assert_success
+  local before=$output
+  timeout 60 "$PYTHON" - "$(rsock r)" "$(rpid r)" "$PLUGQ_LOG" "$T/r2.log" "$STORE" <<'EOF'
+import sys, nbd
+from nbdremote import *
+SOCK, PIDF, PLOG, LOG2, S = sys.argv[1:6]
+h = connect("r")
+x = pattern(40, 64 * KiB)
+h.pwrite(x, 0)
+h.flush()
+kill_remote(PIDF)
+start_remote(SOCK, PIDF, "--filter=log", "nbd", S, "logfile=" + LOG2)
+def served():
+    try:
+        return h.pread(64 * KiB, 0) == x
+    except nbd.Error as e:
+        if e.errno != "EIO":
+            raise
+        return False
+poll(served, 20, "reads served by the stronger remote", 0.05)
+assert "reconnected" in open(PLOG).read(), "plugq's log does not say it reconnected"
+# Still what was advertised: zero emulated with writes, writes of 64K
+# at most (the queue merges up to the old maximum).
+h.pwrite(fill(0xff, 128 * KiB), 128 * KiB)
+aio_pwrite_all(h, [(pattern(50 + i, 4096), 512 * KiB + i * 4096) for i in range(64)])
+h.zero(64 * KiB, 128 * KiB + 32 * KiB)
+h.flush()
+calls = log_calls(LOG2)
+assert not [c for c in calls if c[0] == "Zero"], \
+    "Zero sent after reconnecting, though the remote could not zero when opened: %s" % show(calls)
+writes = [c for c in calls if c[0] == "Write"]
+assert ranges(writes) == [(128 * KiB, 256 * KiB), (512 * KiB, 768 * KiB)], \
+    "writes after reconnecting: %s" % show(writes)
+big = [c for c in writes if c[1]["count"] > 64 * KiB]
+assert not big, "writes over the 64K maximum plugq opened with: %s" % show(big)
+expect_read(h, 128 * KiB, fill(0xff, 32 * KiB) + fill(0, 64 * KiB) + fill(0xff, 32 * KiB),
+            "zero emulated after the reconnect")
+EOF
+  run nbdinfo --json "$(uri r)"
+  assert_success
+  assert_equal "$output" "$before"
 }
 
 # ---------------------------------------------------------------- bad URIs
