@@ -55,7 +55,7 @@ build() {
 unit_tests=$(sed -n '/^unit_tests = /,/^[^[:space:]]/{s/^[[:space:]]*\(server\/tests\/[a-z_]*\).*/\1/p}' "$top/Makefile.am" | tr '\n' ' ')
 # Every client suite but the kernel guest (one run of it is enough).
 asan_client_tests=$(cd "$top" && ls client-tests/*.bats | grep -v kernel.bats | tr '\n' ' ')
-threaded_tests="server/tests/test_timer_service server/tests/test_queue server/tests/test_linear server/tests/test_model"
+threaded_tests="server/tests/test_timer_service server/tests/test_queue server/tests/test_linear server/tests/test_model server/tests/test_backend_memory"
 
 stage "gcc -Werror: unit, model and client tests"
 build "$out/gcc" CC=gcc && run_check "$out/gcc"

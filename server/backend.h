@@ -2,9 +2,11 @@
  *
  * A backend is what a disk's queue dispatches to: a file or block device,
  * sparse memory, or a remote NBD export.  The queue owns all ordering, so a
- * backend only has to perform one operation at a time correctly; it may be
- * called from the disk's dispatch thread (writes, zeroes, trims, flushes)
- * and from any request thread (reads, extents, cache) at the same time.
+ * backend only has to perform its writes, zeroes, trims and flushes one at
+ * a time correctly (or max_writers at a time, never two over the same
+ * bytes); it may be called for those from any thread that holds one of the
+ * disk's dispatch tokens, and for reads, extents and cache from any request
+ * thread at the same time.
  *
  * Every call returns 0 on success or -1 with errno set.
  */
@@ -83,6 +85,10 @@ struct backend {
   uint32_t buffer_align;
   /* Operations the queue may have outstanding at once (submit only). */
   unsigned max_in_flight;
+  /* Synchronous writes, zeroes and trims that may run at once, each from
+   * its own thread, on ranges that never overlap; 0 means 1.
+   */
+  unsigned max_writers;
   /* A zero can be queued as a fast zero: the backend zeroes a range
    * without writing every byte.
    */

@@ -6,6 +6,15 @@
  * written, never the disk size: a 2^63 byte disk with nothing written costs
  * one small struct, and skipping an unwritten region of any size is one
  * binary search.
+ *
+ * Locking lets several of the queue's writes run at once (max_writers):
+ * the directory lock is taken shared by reads and by writes into chunks
+ * that exist, and exclusively only to add or drop a chunk or to zero.
+ * Bytes are copied under one of PAGE_LOCKS mutexes chosen by page, so a
+ * reader and a writer of one page never touch it at the same time, and
+ * two writers of different pages never wait for each other.  A write
+ * that spans pages is therefore not atomic to a reader; it need not be:
+ * the queue lays every write still in flight over what a read returns.
  */
 
 #ifndef _GNU_SOURCE
@@ -32,16 +41,20 @@
 #define MEM_CHUNK_SHIFT 28
 #define MEM_CHUNK_SIZE ((uint64_t) 1 << MEM_CHUNK_SHIFT)
 #define PAGES_PER_CHUNK (1u << (MEM_CHUNK_SHIFT - MEM_PAGE_SHIFT))
+#define PAGE_LOCKS 64
+/* The queue's holders of one disk rarely exceed the CPUs that run them. */
+#define MEM_MAX_WRITERS 8
 
 struct chunk {
   uint64_t index;               /* offset >> MEM_CHUNK_SHIFT */
-  unsigned npages;              /* non-NULL entries in pages */
-  unsigned char *pages[PAGES_PER_CHUNK];
+  unsigned npages;              /* non-NULL entries in pages (atomic) */
+  unsigned char *pages[PAGES_PER_CHUNK];      /* set under a page lock */
 };
 
 struct memory_backend {
   struct backend b;             /* first, so the two pointers convert */
-  pthread_rwlock_t lock;
+  pthread_rwlock_t lock;        /* the directory */
+  pthread_mutex_t page_lock[PAGE_LOCKS];
   struct chunk **dir;           /* sorted by index */
   size_t nchunks, cap;
 };
@@ -123,44 +136,76 @@ drop_chunk (struct memory_backend *m, size_t pos)
   m->nchunks--;
 }
 
+/* Page pointers are read without the page's lock where only "is there a
+ * page" matters (extents, zero), while a writer may be adding one.
+ */
+static unsigned char *
+page_at (const struct chunk *c, unsigned p)
+{
+  return __atomic_load_n (&c->pages[p], __ATOMIC_ACQUIRE);
+}
+
+/* Directory lock held exclusively. */
 static void
 free_page (struct chunk *c, unsigned p)
 {
   free (c->pages[p]);
-  c->pages[p] = NULL;
-  c->npages--;
+  __atomic_store_n (&c->pages[p], NULL, __ATOMIC_RELEASE);
+  __atomic_fetch_sub (&c->npages, 1, __ATOMIC_RELAXED);
 }
 
-static const unsigned char *
-page_for_read (const struct memory_backend *m, uint64_t offset)
+static unsigned
+page_in_chunk (uint64_t offset)
 {
-  const struct chunk *c = find_chunk (m, offset >> MEM_CHUNK_SHIFT);
-
-  if (c == NULL)
-    return NULL;
-  return c->pages[(offset & (MEM_CHUNK_SIZE - 1)) >> MEM_PAGE_SHIFT];
+  return (offset & (MEM_CHUNK_SIZE - 1)) >> MEM_PAGE_SHIFT;
 }
 
+static pthread_mutex_t *
+page_lock (struct memory_backend *m, uint64_t offset)
+{
+  return &m->page_lock[(offset >> MEM_PAGE_SHIFT) % PAGE_LOCKS];
+}
+
+/* The bytes from offset to the end of its page, or count if fewer. */
+static size_t
+span_in_page (uint64_t offset, size_t count)
+{
+  uint64_t left = MEM_PAGE_SIZE - (offset & (MEM_PAGE_SIZE - 1));
+
+  return left < count ? (size_t) left : count;
+}
+
+/* Directory lock held shared, page lock held. */
 static unsigned char *
-page_for_write (struct memory_backend *m, uint64_t offset)
+page_for_write (struct chunk *c, unsigned p)
 {
-  struct chunk *c = get_chunk (m, offset >> MEM_CHUNK_SHIFT);
-  unsigned p;
+  unsigned char *page = page_at (c, p);
 
-  if (c == NULL)
-    return NULL;
-  p = (offset & (MEM_CHUNK_SIZE - 1)) >> MEM_PAGE_SHIFT;
-  if (c->pages[p] == NULL) {
-    c->pages[p] = calloc (1, MEM_PAGE_SIZE);
-    if (c->pages[p] == NULL) {
-      /* Keep "every chunk in the directory holds a page" true. */
-      if (c->npages == 0)
-        drop_chunk (m, chunk_lower_bound (m, c->index));
+  if (page == NULL) {
+    page = calloc (1, MEM_PAGE_SIZE);
+    if (page == NULL)
       return NULL;
-    }
-    c->npages++;
+    __atomic_store_n (&c->pages[p], page, __ATOMIC_RELEASE);
+    __atomic_fetch_add (&c->npages, 1, __ATOMIC_RELAXED);
   }
-  return c->pages[p];
+  return page;
+}
+
+/* Directory lock held shared on entry and on return; dropped meanwhile to
+ * add the chunk for index.  A zero elsewhere may drop it again before the
+ * caller looks (it holds no page yet), so the caller looks again.
+ */
+static int
+add_chunk (struct memory_backend *m, uint64_t index)
+{
+  struct chunk *c;
+
+  pthread_rwlock_unlock (&m->lock);
+  pthread_rwlock_wrlock (&m->lock);
+  c = get_chunk (m, index);
+  pthread_rwlock_unlock (&m->lock);
+  pthread_rwlock_rdlock (&m->lock);
+  return c ? 0 : -1;
 }
 
 static int
@@ -174,15 +219,18 @@ mem_pread (struct backend *b, void *buf, size_t count, uint64_t offset)
 
   pthread_rwlock_rdlock (&m->lock);
   while (count > 0) {
-    uint64_t in_page = offset & (MEM_PAGE_SIZE - 1);
-    size_t n = MEM_PAGE_SIZE - in_page < count
-      ? (size_t) (MEM_PAGE_SIZE - in_page) : count;
-    const unsigned char *page = page_for_read (m, offset);
+    size_t n = span_in_page (offset, count);
+    const struct chunk *c = find_chunk (m, offset >> MEM_CHUNK_SHIFT);
+    pthread_mutex_t *lock = page_lock (m, offset);
+    const unsigned char *page;
 
+    pthread_mutex_lock (lock);
+    page = c ? page_at (c, page_in_chunk (offset)) : NULL;
     if (page)
-      memcpy (out, page + in_page, n);
+      memcpy (out, page + (offset & (MEM_PAGE_SIZE - 1)), n);
     else
       memset (out, 0, n);
+    pthread_mutex_unlock (lock);
     out += n;
     offset += n;
     count -= n;
@@ -191,22 +239,29 @@ mem_pread (struct backend *b, void *buf, size_t count, uint64_t offset)
   return 0;
 }
 
-/* Caller holds the lock exclusively. */
+/* Directory lock held shared. */
 static int
 write_bytes (struct memory_backend *m, const unsigned char *in, size_t count,
              uint64_t offset)
 {
   while (count > 0) {
-    uint64_t in_page = offset & (MEM_PAGE_SIZE - 1);
-    size_t n = MEM_PAGE_SIZE - in_page < count
-      ? (size_t) (MEM_PAGE_SIZE - in_page) : count;
-    unsigned char *page = page_for_write (m, offset);
+    size_t n = span_in_page (offset, count);
+    struct chunk *c = find_chunk (m, offset >> MEM_CHUNK_SHIFT);
+    pthread_mutex_t *lock = page_lock (m, offset);
+    unsigned char *page;
 
-    if (page == NULL) {
-      errno = ENOMEM;
-      return -1;
+    if (c == NULL) {
+      if (add_chunk (m, offset >> MEM_CHUNK_SHIFT) == -1)
+        return -1;
+      continue;
     }
-    memcpy (page + in_page, in, n);
+    pthread_mutex_lock (lock);
+    page = page_for_write (c, page_in_chunk (offset));
+    if (page)
+      memcpy (page + (offset & (MEM_PAGE_SIZE - 1)), in, n);
+    pthread_mutex_unlock (lock);
+    if (page == NULL)
+      return -1;
     in += n;
     offset += n;
     count -= n;
@@ -227,18 +282,17 @@ mem_pwritev (struct backend *b, const struct iovec *iov, int iovcnt,
   if (!backend_range_ok (b, total, offset))
     return -1;
 
-  /* The whole vector goes in under one lock hold, so a reader sees either
-   * none or all of one write, as it would from the queue's merged write.
-   */
-  pthread_rwlock_wrlock (&m->lock);
+  pthread_rwlock_rdlock (&m->lock);
   for (i = 0; i < iovcnt && r == 0; i++) {
     r = write_bytes (m, iov[i].iov_base, iov[i].iov_len, offset);
     offset += iov[i].iov_len;
   }
   pthread_rwlock_unlock (&m->lock);
-  if (r == -1)
+  if (r == -1) {
     log_error ("%s: out of memory writing %" PRIu64 " bytes",
                b->description, total);
+    errno = ENOMEM;
+  }
   return r;
 }
 
@@ -257,7 +311,7 @@ zero_in_chunk (struct chunk *c, uint64_t s, uint64_t e)
     uint64_t from = s > ps ? s - ps : 0;
     uint64_t to = e < ps + MEM_PAGE_SIZE ? e - ps : MEM_PAGE_SIZE;
 
-    if (c->pages[p] == NULL)
+    if (page_at (c, p) == NULL)
       continue;
     if (from == 0 && to == MEM_PAGE_SIZE) {
       free_page (c, p);
@@ -331,7 +385,7 @@ chunk_extents (const struct chunk *c, uint64_t pos, uint64_t end,
     unsigned p = (unsigned) ((pos - base) >> MEM_PAGE_SHIFT);
     uint64_t page_end = base + ((uint64_t) (p + 1) << MEM_PAGE_SHIFT);
     uint64_t n = (page_end < end ? page_end : end) - pos;
-    uint32_t type = c->pages[p] ? 0 : EXTENT_HOLE | EXTENT_ZERO;
+    uint32_t type = page_at (c, p) ? 0 : EXTENT_HOLE | EXTENT_ZERO;
 
     if (extent_list_append (list, pos, n, type) == -1)
       return -1;
@@ -381,6 +435,14 @@ mem_extents (struct backend *b, uint64_t count, uint64_t offset,
 }
 
 static void
+destroy_locks (struct memory_backend *m)
+{
+  pthread_rwlock_destroy (&m->lock);
+  for (unsigned i = 0; i < PAGE_LOCKS; i++)
+    pthread_mutex_destroy (&m->page_lock[i]);
+}
+
+static void
 mem_close (struct backend *b)
 {
   struct memory_backend *m = to_mem (b);
@@ -393,7 +455,7 @@ mem_close (struct backend *b)
     free (m->dir[i]);
   }
   free (m->dir);
-  pthread_rwlock_destroy (&m->lock);
+  destroy_locks (m);
   free (b->description);
   free (m);
 }
@@ -421,19 +483,21 @@ describe (uint64_t size)
 }
 
 static int
-init_lock (pthread_rwlock_t *lock)
+init_locks (struct memory_backend *m)
 {
   pthread_rwlockattr_t attr;
   int err;
 
-  /* glibc's default rwlock lets a stream of readers starve the dispatch
-   * thread's writes forever.
+  /* glibc's default rwlock lets a stream of reads and writes starve a
+   * zero, or a write's new chunk, forever.
    */
   pthread_rwlockattr_init (&attr);
   pthread_rwlockattr_setkind_np (&attr,
                                  PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-  err = pthread_rwlock_init (lock, &attr);
+  err = pthread_rwlock_init (&m->lock, &attr);
   pthread_rwlockattr_destroy (&attr);
+  for (unsigned i = 0; err == 0 && i < PAGE_LOCKS; i++)
+    pthread_mutex_init (&m->page_lock[i], NULL);
   return err;
 }
 
@@ -455,7 +519,7 @@ backend_memory_new (uint64_t size)
     log_error ("memory: %m");
     return NULL;
   }
-  err = init_lock (&m->lock);
+  err = init_locks (m);
   if (err) {
     free (m);
     errno = err;
@@ -469,12 +533,13 @@ backend_memory_new (uint64_t size)
   };
   m->b.max_write = 32 * 1024 * 1024;
   m->b.max_iov = IOV_MAX;
+  m->b.max_writers = MEM_MAX_WRITERS;
   m->b.can_fast_zero = true;
   m->b.trim_reads_zero = true;
   m->b.description = describe (size);
   if (m->b.description == NULL) {
     log_error ("memory: %m");
-    pthread_rwlock_destroy (&m->lock);
+    destroy_locks (m);
     free (m);
     errno = ENOMEM;
     return NULL;
