@@ -18,17 +18,21 @@
  * been written.  Flushes and FUA writes that arrive together share one
  * backend flush (group commit).
  *
- * A synchronous backend's writes and flushes are issued one at a time by
- * whoever holds the disk's dispatch token.  The request thread whose
- * arrival unplugged the queue runs it itself, as a kernel submitter does
- * at blk_finish_plug, and so does one that would otherwise sleep (FUA,
- * FLUSH, ack=dispatched, a full queue); the dispatch thread does what no
+ * A synchronous backend's writes and flushes are issued by whoever holds
+ * one of the disk's dispatch tokens: one, or the backend's max_writers.
+ * The request thread whose arrival unplugged the queue runs it itself,
+ * as a kernel submitter does at blk_finish_plug, and so does one that
+ * would otherwise sleep (FUA, FLUSH, ack=dispatched, a full queue); a
+ * write that joins a queue already running writes out a few batches
+ * (HELP_ROUND) if a token is free.  The dispatch thread does what no
  * request thread is there for (the unplug timer, a volume's flush, a
  * backlog).  Handing every unplug to the dispatch thread cost context
  * switches per request and left that one thread a single thread's share
- * of the CPU against every request thread.  One holder at a time means
- * nothing in flight can overlap a newer write, and the queue lock is
- * never held across I/O.
+ * of the CPU against every request thread; leaving it to one holder made
+ * the other request threads fill the queue and sleep until it drained.
+ * Holders take batches under the lock and never one over bytes still in
+ * flight, so nothing in flight can overlap a newer write, and the queue
+ * lock is never held across I/O.
  */
 #include <config.h>
 
@@ -53,8 +57,15 @@
 /* Batches a synchronous backend is given per hold of the queue lock. */
 #define SYNC_ROUND 32
 
+/* Batches a request thread writes out when its write joins a queue that
+ * is already running: each arrival pays for about its own share, so the
+ * queue drains as fast as it fills without one thread doing it all.
+ */
+#define HELP_ROUND 4
+
 struct flush_state {
   bool wanted;
+  bool running;                 /* a backend flush is in progress */
   uint64_t barrier_seq;         /* pieces up to here go before the flush */
   uint64_t next_epoch;          /* the backend flush not yet started */
   uint64_t done_epoch;          /* the last backend flush finished */
@@ -93,7 +104,8 @@ struct queue {
 
   bool plugged;
   bool running;                 /* unplugged: dispatching */
-  bool dispatching;             /* the dispatch token is held */
+  unsigned holders;             /* dispatch tokens held */
+  unsigned max_holders;         /* the backend's max_writers */
   uint64_t unplug_seq;          /* an unplug sends out everything up to here */
   uint32_t full_waiters;
   uint32_t dispatched_waiters;  /* ack=dispatched writers not yet answered */
@@ -125,6 +137,7 @@ queue_config_defaults (struct queue_config *c)
 
 static void timer_fired (void *q);
 static bool run_queue_here (struct queue *q);
+static void help_run_queue (struct queue *q);
 static void wait_or_work (struct queue *q);
 
 struct queue *
@@ -149,8 +162,10 @@ queue_new (const char *name, struct backend *backend,
   RB_INIT (&q->by_offset);
   TAILQ_INIT (&q->by_age);
   RB_INIT (&q->in_flight);
+  q->max_holders = !backend->ops->submit && backend->max_writers > 1
+    ? backend->max_writers : 1;
   q->max_in_flight = backend->ops->submit && backend->max_in_flight > 1
-    ? backend->max_in_flight : SYNC_ROUND;
+    ? backend->max_in_flight : SYNC_ROUND * q->max_holders;
   q->elevator.by_offset = &q->by_offset;
   q->elevator.by_age = &q->by_age;
   q->flush.next_epoch = 1;
@@ -208,12 +223,12 @@ unplug_locked (struct queue *q, enum unplug_cause cause)
 }
 
 /* Wakes the dispatch thread for work no request thread will do.  While
- * the token is held, its holder looks again before letting go.
+ * a token is held, the last holder looks again before letting go.
  */
 static void
 kick_dispatcher (struct queue *q)
 {
-  if (!q->dispatching)
+  if (q->holders == 0)
     pthread_cond_signal (&q->dispatch_wake);
 }
 
@@ -655,6 +670,8 @@ submit (struct queue *q, struct session *s, struct piece *p, unsigned flags)
   }
   else if (unplugged)
     run_queue_here (q);
+  else
+    help_run_queue (q);
   if (wait && done.err)
     err = done.err;
   pthread_mutex_unlock (&q->lock);
@@ -1218,14 +1235,14 @@ can_dispatch (const struct queue *q)
  * fight over it (the lock, not the backend, limited IOPS).
  */
 static void
-dispatch_round (struct queue *q, struct batch *first)
+dispatch_round (struct queue *q, struct batch *first, unsigned limit)
 {
   struct batch *round[SYNC_ROUND], *b;
   int err[SYNC_ROUND];
   unsigned n = 0;
 
   round[n++] = first;
-  while (n < SYNC_ROUND && can_dispatch (q) && !should_replug (q)
+  while (n < limit && can_dispatch (q) && !should_replug (q)
          && (b = batch_take (q)) != NULL)
     round[n++] = b;
   pthread_mutex_unlock (&q->lock);
@@ -1253,6 +1270,17 @@ flush_blocked (const struct queue *q)
     || (oldest && oldest->seq <= q->flush.barrier_seq);
 }
 
+/* A flush goes first once its barrier is clear, or a stream of new writes
+ * would keep it waiting for an empty queue forever.  One at a time: with
+ * several token holders a second could finish first, and epochs are
+ * answered in order.
+ */
+static bool
+flush_due (const struct queue *q)
+{
+  return q->flush.wanted && !q->flush.running && !flush_blocked (q);
+}
+
 static void
 backend_flush_locked (struct queue *q)
 {
@@ -1260,10 +1288,12 @@ backend_flush_locked (struct queue *q)
   int err = 0;
 
   q->flush.wanted = false;
+  q->flush.running = true;
   pthread_mutex_unlock (&q->lock);
   if (q->backend->ops->flush (q->backend) == -1)
     err = errno ? errno : EIO;
   pthread_mutex_lock (&q->lock);
+  q->flush.running = false;
   q->stats.backend_flushes++;
   if (err) {
     q->flush.failed_epoch = epoch;
@@ -1276,18 +1306,16 @@ backend_flush_locked (struct queue *q)
 
 
 
-/* Under the lock, holding the dispatch token: one step of writing the
- * queue out.  False when there is nothing to do now.
+/* Under the lock, holding a dispatch token: one step of writing the
+ * queue out, at most `round` batches.  False when there is nothing to do
+ * now.
  */
 static bool
-dispatch_step (struct queue *q)
+dispatch_step (struct queue *q, unsigned round)
 {
   struct batch *b;
 
-  /* A flush goes first once its barrier is clear, or a stream of new
-   * writes would keep it waiting for an empty queue forever.
-   */
-  if (q->flush.wanted && !flush_blocked (q)) {
+  if (flush_due (q)) {
     backend_flush_locked (q);
     return true;
   }
@@ -1305,7 +1333,7 @@ dispatch_step (struct queue *q)
     if (q->backend->ops->submit)
       batch_submit (q, b);
     else
-      dispatch_round (q, b);
+      dispatch_round (q, b, round);
     return true;
   }
   if (q->nr_queued == 0 && q->nr_batches == 0)
@@ -1317,7 +1345,7 @@ dispatch_step (struct queue *q)
 static bool
 dispatcher_needed (const struct queue *q)
 {
-  return q->stopping || (q->flush.wanted && !flush_blocked (q))
+  return q->stopping || flush_due (q)
     || (can_dispatch (q) && !should_replug (q));
 }
 
@@ -1327,29 +1355,56 @@ dispatcher_needed (const struct queue *q)
  */
 #define STEPS_HERE 4
 
-/* Under the lock: a request thread writes an unplugged synchronous queue
- * out itself when nobody else is.  An asynchronous backend's submit
- * costs no more than the wake-up, so its queue stays with the dispatch
- * thread.  True when this thread did some of the work.
+/* Under the lock: one of the disk's dispatch tokens, if one is free.  A
+ * synchronous backend's queue is run by request threads; an asynchronous
+ * backend's submit costs no more than the wake-up, so its queue stays
+ * with the dispatch thread.
+ */
+static bool
+take_token (struct queue *q)
+{
+  if (q->holders >= q->max_holders)
+    return false;               /* the last holder looks again */
+  if (q->backend->ops->submit || q->stopping) {
+    kick_dispatcher (q);
+    return false;
+  }
+  q->holders++;
+  return true;
+}
+
+/* The last holder out hands what is left to the dispatch thread. */
+static void
+release_token (struct queue *q)
+{
+  if (--q->holders == 0 && dispatcher_needed (q))
+    pthread_cond_signal (&q->dispatch_wake);
+}
+
+/* Under the lock: a request thread writes an unplugged queue out itself
+ * when a token is free.  True when this thread did some of the work.
  */
 static bool
 run_queue_here (struct queue *q)
 {
   bool worked = false;
 
-  if (q->dispatching)
-    return false;               /* the holder looks again before it goes */
-  if (q->backend->ops->submit || q->stopping) {
-    kick_dispatcher (q);
+  if (!take_token (q))
     return false;
-  }
-  q->dispatching = true;
-  for (int i = 0; i < STEPS_HERE && dispatch_step (q); i++)
+  for (int i = 0; i < STEPS_HERE && dispatch_step (q, SYNC_ROUND); i++)
     worked = true;
-  q->dispatching = false;
-  if (dispatcher_needed (q))
-    pthread_cond_signal (&q->dispatch_wake);
+  release_token (q);
   return worked;
+}
+
+/* Under the lock: a write that joined a running queue takes its share. */
+static void
+help_run_queue (struct queue *q)
+{
+  if (q->running && take_token (q)) {
+    dispatch_step (q, HELP_ROUND);
+    release_token (q);
+  }
 }
 
 /* A request thread that must wait helps first, as long as it can. */
@@ -1367,12 +1422,12 @@ dispatch_thread (void *arg)
 
   pthread_mutex_lock (&q->lock);
   for (;;) {
-    if (!q->dispatching) {
+    if (q->holders < q->max_holders) {
       bool worked;
 
-      q->dispatching = true;
-      worked = dispatch_step (q);
-      q->dispatching = false;
+      q->holders++;
+      worked = dispatch_step (q, SYNC_ROUND);
+      q->holders--;
       if (worked)
         continue;
       if (q->nr_queued == 0 && q->nr_batches == 0 && q->stopping)

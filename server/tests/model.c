@@ -592,6 +592,7 @@ static const uint32_t qrequests_choices[] = { 2, 8, 256 };
 static const uint64_t expire_choices[] = { 200 * US, 10 * MS, 5 * SEC };
 
 static const unsigned async_choices[] = { 2, 4, 16 };
+static const unsigned writers_choices[] = { 2, 4, 8 };
 
 #define PICK_INDEX(a, i) ((a)[(i) % (sizeof (a) / sizeof (a)[0])])
 #define PICK(src, a) PICK_INDEX (a, byte_source_u8 (src))
@@ -639,10 +640,15 @@ choose_params (struct harness_params *p, struct byte_source *src,
   }
   if (p->backend.minimum)
     p->disk_size &= ~(uint64_t) (p->backend.minimum - 1);
-  /* One run in four on a backend with its own threads, like nbd. */
+  /* One run in four on a backend with its own threads, like nbd, and
+   * one in four on one that takes writes from several token holders at
+   * once, like memory.
+   */
   b = byte_source_u8 (src);
   if (b % 4 == 0)
     p->backend.async = PICK_INDEX (async_choices, b >> 2);
+  else if (b % 4 == 1)
+    p->backend.writers = PICK_INDEX (writers_choices, b >> 2);
 }
 
 void
@@ -706,7 +712,7 @@ harness_params_format (const struct harness_params *p, char *buf,
             " queue-bytes=%s queue-requests=%" PRIu32 " expire=%s"
             " disk=%" PRIu64 " lanes=%u"
             " trim=%s fast-zero=%s max-write=%s max-iov=%d minimum=%" PRIu32
-            " async=%u",
+            " async=%u writers=%u",
             c->elevator->name,
             c->ack == ACK_QUEUED ? "queued" : "dispatched",
             c->unplug_thresh,
@@ -719,7 +725,8 @@ harness_params_format (const struct harness_params *p, char *buf,
             p->backend.no_fast_zero ? "no" : "yes",
             p->backend.max_write
             ? human_bytes (p->backend.max_write, b[4], sizeof b[4]) : "own",
-            p->backend.max_iov, p->backend.minimum, p->backend.async);
+            p->backend.max_iov, p->backend.minimum, p->backend.async,
+            p->backend.writers);
 }
 
 /* ------------------------------------------------------------ harness */
@@ -816,7 +823,9 @@ struct shim {
   struct harness *h;
   uint64_t merge_limit;         /* largest vectored write allowed */
   bool no_merging;              /* unplug-thresh=1 */
-  _Atomic int writers;          /* synchronous backend writes running */
+  _Atomic int writers;          /* synchronous backend calls running */
+  struct shim_op *running;      /* under lock: their ranges, max_writers */
+  _Atomic int flushes;          /* backend flushes running */
   _Atomic bool stopped;         /* queue_stop returned */
   /* Under lock: bytes changed since the last backend flush started, so
    * the harness can tell written from durable.
@@ -911,21 +920,52 @@ shim_check_write (struct shim *s, const struct iovec *iov, int iovcnt,
                 s->merge_limit);
 }
 
-/* The backend contract: writes come one at a time (from whichever thread
- * holds the disk's dispatch token), unless the backend takes
- * asynchronous operations.
- */
-static void
-shim_enter (struct shim *s, const char *what)
+static unsigned
+shim_max_writers (const struct shim *s)
 {
-  if (atomic_fetch_add (&s->writers, 1) != 0)
-    shim_fault (s, "backend %s while another backend write is running"
-                " (one dispatch token per disk)", what);
+  return s->b.max_writers > 1 ? s->b.max_writers : 1;
+}
+
+static void check_no_overlap (struct shim *s, const struct shim_op *ops,
+                              unsigned n, uint64_t offset, uint64_t count);
+
+/* The backend contract: writes, zeroes, trims and flushes come one at a
+ * time (from whichever thread holds the disk's dispatch token), or up to
+ * max_writers at a time over ranges that never overlap, unless the
+ * backend takes asynchronous operations.  The slot the call runs in, or
+ * -1 for a flush.
+ */
+static int
+shim_enter (struct shim *s, const char *what, uint64_t count,
+            uint64_t offset)
+{
+  unsigned limit = shim_max_writers (s);
+  int slot = -1;
+
+  if (atomic_fetch_add (&s->writers, 1) >= (int) limit)
+    shim_fault (s, "backend %s with %u backend calls already running"
+                " (max_writers %u)", what, limit, limit);
+  if (what[0] == 'f')
+    return -1;
+  pthread_mutex_lock (&s->lock);
+  check_no_overlap (s, s->running, limit, offset, count);
+  for (unsigned i = 0; i < limit && slot == -1; i++)
+    if (s->running[i].count == 0) {
+      s->running[i] = (struct shim_op) { .offset = offset, .count = count };
+      slot = (int) i;
+    }
+  pthread_mutex_unlock (&s->lock);
+  return slot;
 }
 
 static void
-shim_leave (struct shim *s)
+shim_leave (struct shim *s, int slot)
 {
+  if (slot >= 0) {
+    pthread_mutex_lock (&s->lock);
+    s->running[slot].count = 0;
+    pthread_mutex_unlock (&s->lock);
+  }
   atomic_fetch_sub (&s->writers, 1);
 }
 
@@ -997,13 +1037,13 @@ shim_pwritev (struct backend *b, const struct iovec *iov, int iovcnt,
               uint64_t offset)
 {
   struct shim *s = to_shim (b);
+  int slot = shim_enter (s, "write", iov_total (iov, iovcnt), offset);
   int r;
 
-  shim_enter (s, "write");
   shim_check_write (s, iov, iovcnt, offset);
   r = s->inner->ops->pwritev (s->inner, iov, iovcnt, offset);
   mark_dirty (s, iov_total (iov, iovcnt), offset);
-  shim_leave (s);
+  shim_leave (s, slot);
   return r;
 }
 
@@ -1011,13 +1051,13 @@ static int
 shim_zero (struct backend *b, uint64_t count, uint64_t offset, bool may_trim)
 {
   struct shim *s = to_shim (b);
+  int slot = shim_enter (s, "zero", count, offset);
   int r;
 
-  shim_enter (s, "zero");
   shim_check_range (s, "zero", count, offset);
   r = s->inner->ops->zero (s->inner, count, offset, may_trim);
   mark_dirty (s, count, offset);
-  shim_leave (s);
+  shim_leave (s, slot);
   return r;
 }
 
@@ -1025,13 +1065,13 @@ static int
 shim_trim (struct backend *b, uint64_t count, uint64_t offset)
 {
   struct shim *s = to_shim (b);
+  int slot = shim_enter (s, "trim", count, offset);
   int r;
 
-  shim_enter (s, "trim");
   shim_check_range (s, "trim", count, offset);
   r = do_trim (s, count, offset);
   mark_dirty (s, count, offset);
-  shim_leave (s);
+  shim_leave (s, slot);
   return r;
 }
 
@@ -1039,17 +1079,28 @@ static int
 shim_flush (struct backend *b)
 {
   struct shim *s = to_shim (b);
+  int slot = shim_enter (s, "flush", 0, 0);
+  bool delay;
   int r;
 
-  shim_enter (s, "flush");
+  /* Flush epochs are answered in order: one backend flush at a time. */
+  if (atomic_fetch_add (&s->flushes, 1) != 0)
+    shim_fault (s, "backend flush while another backend flush is running");
   if (atomic_load (&s->stopped))
     shim_fault (s, "backend flush after queue_stop returned");
   /* What completed before this call is what the flush covers. */
   pthread_mutex_lock (&s->lock);
   memset (s->dirty, 0, s->b.size);
+  delay = shim_max_writers (s) > 1 && mix64 (++s->rng) % 4 == 0;
   pthread_mutex_unlock (&s->lock);
+  /* With other holders running, a flush that takes its time lets them
+   * try to start another.
+   */
+  if (delay)
+    sleep_us (200);
   r = s->inner->ops->flush (s->inner);
-  shim_leave (s);
+  atomic_fetch_sub (&s->flushes, 1);
+  shim_leave (s, slot);
   return r;
 }
 
@@ -1142,7 +1193,7 @@ shim_worker (void *arg)
 
     /* Free the slot before done: the queue may submit again at once. */
     pthread_mutex_lock (&s->lock);
-    s->ops[slot].io = NULL;
+    s->ops[slot] = (struct shim_op) { .io = NULL };
     s->picked[slot] = false;
     s->nr_ops--;
     pthread_mutex_unlock (&s->lock);
@@ -1172,15 +1223,18 @@ shim_start (struct backend *b)
 }
 
 /* Under s->lock: operations in flight together never overlap (queue.c
- * promises it, and a backend may run them in any order).
+ * promises it, and a backend may run them in any order).  Free slots
+ * have count 0.
  */
 static void
-check_no_overlap (struct shim *s, uint64_t offset, uint64_t count)
+check_no_overlap (struct shim *s, const struct shim_op *ops, unsigned n,
+                  uint64_t offset, uint64_t count)
 {
-  for (unsigned i = 0; i < s->b.max_in_flight; i++) {
-    const struct shim_op *o = &s->ops[i];
+  for (unsigned i = 0; i < n; i++) {
+    const struct shim_op *o = &ops[i];
 
-    if (o->io && offset < o->offset + o->count && o->offset < offset + count)
+    if (o->count && offset < o->offset + o->count
+        && o->offset < offset + count)
       shim_fault (s, "backend operation 0x%" PRIx64 "+%" PRIu64
                   " submitted while 0x%" PRIx64 "+%" PRIu64
                   " over the same bytes is in flight",
@@ -1210,7 +1264,7 @@ shim_submit (struct backend *b, struct backend_io *io)
     errno = EBUSY;
     return -1;
   }
-  check_no_overlap (s, io->offset, count);
+  check_no_overlap (s, s->ops, s->b.max_in_flight, io->offset, count);
   for (slot = 0; s->ops[slot].io; slot++)
     ;
   s->ops[slot] = (struct shim_op) {
@@ -1253,6 +1307,7 @@ shim_close (struct backend *b)
   pthread_cond_destroy (&s->work);
   free (s->ops);
   free (s->picked);
+  free (s->running);
   free (s->dirty);
   free (s->b.description);
   free (s);
@@ -1295,13 +1350,15 @@ shim_new (struct harness *h, struct backend *inner)
     return NULL;
   s->b.description = strdup ("model shim");
   s->dirty = calloc (inner->size, 1);
+  s->running = calloc (bp->writers > 1 ? bp->writers : 1, sizeof *s->running);
   if (bp->async) {
     s->ops = calloc (bp->async, sizeof *s->ops);
     s->picked = calloc (bp->async, sizeof *s->picked);
   }
-  if (s->b.description == NULL || s->dirty == NULL
+  if (s->b.description == NULL || s->dirty == NULL || s->running == NULL
       || (bp->async && (!s->ops || !s->picked))) {
     free (s->b.description);
+    free (s->running);
     free (s->dirty);
     free (s->ops);
     free (s->picked);
@@ -1315,6 +1372,7 @@ shim_new (struct harness *h, struct backend *inner)
   s->h = h;
   s->b.ops = bp->async ? &shim_async_ops : &shim_ops;
   s->b.max_in_flight = bp->async;
+  s->b.max_writers = bp->writers;
   s->b.size = inner->size;
   s->b.limits = inner->limits;
   s->b.max_write = bp->max_write ? bp->max_write : inner->max_write;

@@ -13,12 +13,13 @@
  * ops, and compares the whole backend after the queue has drained.
  *
  * The queue writes through a shim backend over the memory backend that
- * checks the backend contract as it is used (limits, merging, one writer,
- * nothing after queue_stop, no overlapping operations in flight), records
- * what was written since the last backend flush, and can stand in for
- * other backends: no fast zero, trims that do nothing or leave junk, a
- * minimum block size, small max_write and max_iov, or asynchronous
- * operations completed out of order on its own threads.
+ * checks the backend contract as it is used (limits, merging, one writer
+ * or at most max_writers, one flush at a time, nothing after queue_stop,
+ * no overlapping operations in flight), records what was written since
+ * the last backend flush, and can stand in for other backends: no fast
+ * zero, trims that do nothing or leave junk, a minimum block size, small
+ * max_write and max_iov, writes from several token holders at once, or
+ * asynchronous operations completed out of order on its own threads.
  *
  * The same op generator serves the random model test and the fuzzer: it
  * turns a byte stream (a seeded PRNG or the fuzzer's input) into requests
@@ -188,6 +189,7 @@ struct backend_params {
   int max_iov;                  /* 0: the memory backend's own */
   uint32_t minimum;             /* 0: the memory backend's own */
   unsigned async;               /* >0: submit, this many in flight */
+  unsigned writers;             /* >1: max_writers of a synchronous one */
 };
 
 #define HARNESS_MAX_LANES 8

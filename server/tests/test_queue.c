@@ -35,18 +35,30 @@
 
 /* ------------------------------------------------------------ helpers */
 
-/* Cases that hold whatever the backend's concurrency run twice: over a
- * synchronous backend (one operation at a time) and over an asynchronous
- * one with several operations in flight.
+/* Cases that hold whatever the backend's concurrency run three times:
+ * over a synchronous backend (one operation at a time), over one that
+ * takes writes from several token holders at once (max_writers), and
+ * over an asynchronous one with several operations in flight.
  */
 static unsigned async_mode;
+static unsigned writers_mode;
 #define ASYNC_IN_FLIGHT 4
-#define MODE (async_mode ? " [async]" : "")
+#define WRITERS 2
+#define MODE (async_mode ? " [async]" : writers_mode ? " [2 writers]" : "")
 
 static bool
 rig_one (struct test_rig *r, const struct queue_config *cfg, uint64_t size)
 {
-  return test_rig_one (r, cfg, size, async_mode);
+  struct test_backend *tb;
+
+  if (!writers_mode)
+    return test_rig_one (r, cfg, size, async_mode);
+  memset (r, 0, sizeof *r);
+  tb = test_rig_backend (r, size);
+  if (tb == NULL)
+    return false;
+  test_backend_get (tb)->max_writers = writers_mode;
+  return test_rig_start (r, cfg);
 }
 
 static uint64_t
@@ -1608,6 +1620,96 @@ test_async_overlap (void)
           " go out alongside");
 }
 
+/* ------------------------------------------------------------ writers */
+
+/* max_writers=2: a second request thread writes alongside one held in
+ * the backend, and a third finds no token free and only queues.
+ */
+static void
+test_writers_in_parallel (void)
+{
+  struct queue_config cfg = test_config (HOUR, 1);
+  struct test_thread t1 = TEST_THREAD_INIT, t2 = TEST_THREAD_INIT;
+  struct write_job w1, w2;
+  int result = -1;
+  struct test_rig r;
+  bool ok;
+
+  ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
+  if (ok)
+    test_backend_block (r.d[0].tb, TB_PWRITEV);
+  w1 = (struct write_job) { r.d[0].q, 'a', 4 * KiB, 0 };
+  w2 = (struct write_job) { r.d[0].q, 'b', 4 * KiB, MiB };
+  ok = ok && CHECK (test_thread_start (&t1, write_job_run, &w1) == 0);
+  ok = ok && CHECK (test_backend_wait_entered (r.d[0].tb, TB_PWRITEV, 1));
+  ok = ok && CHECK (test_thread_start (&t2, write_job_run, &w2) == 0);
+  ok = ok && CHECK (test_backend_wait_entered (r.d[0].tb, TB_PWRITEV, 2));
+  /* Both tokens are held: this one is queued and answered. */
+  ok = ok && CHECK (test_write_fill (r.d[0].q, NULL, 'c', 4 * KiB, 2 * MiB,
+                                     0) == 0);
+  ok = ok && CHECK (test_backend_entered (r.d[0].tb, TB_PWRITEV) == 2);
+  test_backend_release (r.d[0].tb, TB_PWRITEV);
+  ok = ok && CHECK (test_thread_wait (&t1) && t1.result == 0);
+  ok = ok && CHECK (test_thread_wait (&t2) && t2.result == 0);
+  ok = ok && CHECK ((result = queue_flush (r.d[0].q, NULL)) == 0);
+  ok = ok && CHECK (test_backend_holds (r.d[0].tb, 'a', 4 * KiB, 0)
+                    && test_backend_holds (r.d[0].tb, 'b', 4 * KiB, MiB)
+                    && test_backend_holds (r.d[0].tb, 'c', 4 * KiB, 2 * MiB));
+  test_rig_stop (&r);
+  test_thread_join (&t1);
+  test_thread_join (&t2);
+  tap_ok (ok, "max_writers=2: two request threads write at once, a third"
+          " queues");
+}
+
+/* A second holder must not start a backend flush while one runs: the
+ * later epoch could finish first.  It writes what the second FLUSH covers
+ * and leaves that flush until the first is done.
+ */
+static void
+test_one_backend_flush_at_a_time (void)
+{
+  struct queue_config cfg = test_config (HOUR, 1000);
+  struct test_thread t1 = TEST_THREAD_INIT, t2 = TEST_THREAD_INIT;
+  struct flush_job fj;
+  struct tb_call calls[8];
+  struct test_rig r;
+  size_t n = 0;
+  bool ok;
+
+  ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
+  if (ok)
+    test_backend_block (r.d[0].tb, TB_FLUSH);
+  fj = (struct flush_job) { r.d[0].q, NULL };
+  ok = ok && CHECK (test_write_fill (r.d[0].q, NULL, 'a', 4 * KiB, 0, 0) == 0);
+  ok = ok && CHECK (test_thread_start (&t1, flush_job_run, &fj) == 0);
+  ok = ok && CHECK (test_backend_wait_entered (r.d[0].tb, TB_FLUSH, 1));
+  ok = ok && CHECK (test_write_fill (r.d[0].q, NULL, 'b', 4 * KiB, MiB,
+                                     0) == 0);
+  ok = ok && CHECK (test_thread_start (&t2, flush_job_run, &fj) == 0);
+  ok = ok && CHECK (test_backend_wait_count (r.d[0].tb, TB_PWRITEV, 2));
+  /* The write behind the second FLUSH went out at once; its flush did
+   * not (it would follow in microseconds on the same thread).
+   */
+  for (int i = 0; i < 20 && ok; i++) {
+    test_poll_step ();
+    ok = CHECK (test_backend_entered (r.d[0].tb, TB_FLUSH) == 1);
+  }
+  ok = ok && CHECK (!test_thread_done (&t2));
+  test_backend_release (r.d[0].tb, TB_FLUSH);
+  ok = ok && CHECK (test_thread_wait (&t1) && t1.result == 0);
+  ok = ok && CHECK (test_thread_wait (&t2) && t2.result == 0);
+  if (ok)
+    n = test_backend_calls (r.d[0].tb, TB_OPS, calls, 8);
+  /* a, its flush (held), b, and only then b's flush. */
+  ok = ok && CHECK (n == 4 && calls[1].op == TB_FLUSH
+                    && calls[2].op == TB_PWRITEV && calls[3].op == TB_FLUSH);
+  test_rig_stop (&r);
+  test_thread_join (&t1);
+  test_thread_join (&t2);
+  tap_ok (ok, "max_writers=2: one backend flush at a time");
+}
+
 /* Valid whatever the backend's concurrency. */
 static void (*const every_mode[]) (void) = {
   test_timer_unplug,
@@ -1638,13 +1740,20 @@ static void (*const every_mode[]) (void) = {
 int
 main (void)
 {
-  const unsigned modes[] = { 0, ASYNC_IN_FLIGHT };
+  const struct { unsigned async, writers; } modes[] = {
+    { 0, 0 }, { ASYNC_IN_FLIGHT, 0 }, { 0, WRITERS },
+  };
 
   for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
-    async_mode = modes[m];
+    async_mode = modes[m].async;
+    writers_mode = modes[m].writers;
     for (size_t i = 0; i < sizeof every_mode / sizeof every_mode[0]; i++)
       every_mode[i] ();
   }
+  writers_mode = WRITERS;
+  test_writers_in_parallel ();
+  test_one_backend_flush_at_a_time ();
+  writers_mode = 0;
   async_mode = 0;
   test_unplugger_dispatches ();
   test_waiter_dispatches ();
