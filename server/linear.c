@@ -276,6 +276,38 @@ for_each_part (struct linear *l, uint64_t count, uint64_t offset,
   return 0;
 }
 
+/* Starts a flush on every one of members before waiting for any, so
+ * their dispatch threads drain and flush at the same time.  One member
+ * flushes on this thread instead: there is nothing to overlap it with.
+ */
+static int
+flush_members (struct queue *const *members, size_t n, struct session *s)
+{
+  uint64_t inline_tickets[8], *tickets = inline_tickets;
+  int first_err = 0;
+
+  if (n == 1)
+    return queue_flush (members[0], s);
+  if (n > 8 && (tickets = malloc (n * sizeof *tickets)) == NULL)
+    return -1;
+  for (size_t i = 0; i < n; i++)
+    tickets[i] = queue_flush_start (members[i]);
+  /* Wait for all, even after an error: each member must still be told
+   * its latched errors were reported, and a failed member must not
+   * hide whether the others made it.
+   */
+  for (size_t i = 0; i < n; i++)
+    if (queue_flush_wait (members[i], s, tickets[i]) == -1 && !first_err)
+      first_err = errno;
+  if (tickets != inline_tickets)
+    free (tickets);
+  if (first_err) {
+    errno = first_err;
+    return -1;
+  }
+  return 0;
+}
+
 struct io_args {
   struct session *session;
   void *buf;
@@ -422,30 +454,7 @@ linear_extents (struct linear *l, uint64_t count, uint64_t offset,
 int
 linear_flush (struct linear *l, struct session *s)
 {
-  uint64_t inline_tickets[8], *tickets = inline_tickets;
-  int first_err = 0;
-
-  if (l->nr_members == 1)
-    return queue_flush (l->members[0], s);
-  if (l->nr_members > 8
-      && (tickets = malloc (l->nr_members * sizeof *tickets)) == NULL)
-    return -1;
-  for (size_t i = 0; i < l->nr_members; i++)
-    tickets[i] = queue_flush_start (l->members[i]);
-  /* Wait for all, even after an error: each member must still be told
-   * its latched errors were reported, and a failed member must not
-   * hide whether the others made it.
-   */
-  for (size_t i = 0; i < l->nr_members; i++)
-    if (queue_flush_wait (l->members[i], s, tickets[i]) == -1 && !first_err)
-      first_err = errno;
-  if (tickets != inline_tickets)
-    free (tickets);
-  if (first_err) {
-    errno = first_err;
-    return -1;
-  }
-  return 0;
+  return flush_members (l->members, l->nr_members, s);
 }
 
 int
