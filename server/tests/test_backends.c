@@ -109,8 +109,13 @@ call_begin (struct test_backend *tb, const struct tb_call *call)
     }
   }
   if (tb->log_len < tb->log_cap) {
-    tb->log[tb->log_len] = *call;
-    tb->log[tb->log_len++].thread = pthread_self ();
+    struct tb_call *logged = &tb->log[tb->log_len++];
+
+    *logged = *call;
+    logged->thread = pthread_self ();
+    logged->busy = 0;
+    for (int op = 0; op < TB_OPS; op++)
+      logged->busy += tb->kind[op].entered - tb->kind[op].completed;
   }
   k->entered++;
   pthread_cond_broadcast (&tb->changed);

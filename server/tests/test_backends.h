@@ -51,6 +51,9 @@ struct tb_call {
   int iovcnt;                   /* pwritev only */
   bool may_trim;                /* zero only */
   pthread_t thread;             /* the thread that made it */
+  unsigned busy;                /* calls still unfinished when it arrived:
+                                 * a flush with 0 started after every
+                                 * call logged before it had finished */
 };
 
 /* Every bounded wait in the tests gives up after this long: long enough
