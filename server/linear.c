@@ -5,8 +5,9 @@
  * plugging, merging and elevator.  A FLUSH unplugs and flushes every
  * distinct member once, all of them at the same time: each member's
  * dispatch thread does its own drain and backend flush while this thread
- * only waits.  No lock of the volume exists: the table never changes
- * after configuration.
+ * only waits.  A FUA request over several members flushes the members
+ * it touched in the same way.  No lock of the volume exists: the table
+ * never changes after configuration.
  */
 #include <config.h>
 
@@ -356,6 +357,86 @@ cache_part (struct part *p, void *arg)
   return queue_cache (p->row->disk, p->length, p->disk_offset);
 }
 
+/* Room for every distinct member a FUA request hands a part to. */
+struct fua_args {
+  part_fn fn;
+  void *arg;
+  struct queue **touched;
+  size_t nr_touched;
+};
+
+static int
+fua_part (struct part *p, void *arg)
+{
+  struct fua_args *f = arg;
+  size_t i = 0;
+
+  /* A member can hold several rows: flush it once however many parts
+   * went to it.
+   */
+  while (i < f->nr_touched && f->touched[i] != p->row->disk)
+    i++;
+  if (i == f->nr_touched)
+    f->touched[f->nr_touched++] = p->row->disk;
+  return f->fn (p, f->arg);
+}
+
+static bool
+in_one_row (const struct linear *l, uint64_t count, uint64_t offset)
+{
+  const struct linear_row *r;
+
+  if (offset > l->size || count > l->size - offset)
+    return true;                /* for_each_part refuses it */
+  r = &l->rows[row_at (l, offset)];
+  return count <= r->length - (offset - r->start);
+}
+
+/* Writes, zeroes and trims.  A FUA part is a write and a backend flush
+ * its caller waits for, so passing FUA to each of N parts would cost N
+ * such round trips one after the other.  Instead the parts are queued
+ * as ordinary requests and the members they went to are flushed
+ * together, as linear_flush does.  That keeps FUA's promise on every
+ * member: an ordinary queued part still cuts away the older queued
+ * pieces it overlaps (newest wins), so no older write can land on top
+ * of it later, and a flush started after it was queued waits until it
+ * and everything older on that member are on the backend, then flushes
+ * the backend.  The session goes to the flush so a write-back error of
+ * a part queued with ack=queued is reported here, as FUA would have.
+ * One part keeps FUA: its member's queue group-commits it itself.
+ */
+static int
+submit_parts (struct linear *l, uint64_t count, uint64_t offset, part_fn fn,
+              struct io_args *a)
+{
+  struct queue *inline_touched[8];
+  struct fua_args f = { fn, a, inline_touched, 0 };
+  int err = 0;
+
+  if (!(a->flags & REQ_FUA) || in_one_row (l, count, offset))
+    return for_each_part (l, count, offset, fn, a);
+  if (l->nr_members > 8
+      && (f.touched = malloc (l->nr_members * sizeof *f.touched)) == NULL)
+    return -1;
+  a->flags &= ~REQ_FUA;
+  if (for_each_part (l, count, offset, fua_part, &f) == -1)
+    err = errno;
+  /* Even after a failed part: the parts before it are left as durable
+   * as FUA on each part would have left them, and the part's error
+   * still wins over a flush's.
+   */
+  if (f.nr_touched > 0
+      && flush_members (f.touched, f.nr_touched, a->session) == -1 && !err)
+    err = errno;
+  if (f.touched != inline_touched)
+    free (f.touched);
+  if (err) {
+    errno = err;
+    return -1;
+  }
+  return 0;
+}
+
 int
 linear_pread (struct linear *l, void *buf, uint32_t count, uint64_t offset)
 {
@@ -370,7 +451,7 @@ linear_pwrite (struct linear *l, struct session *s, const void *buf,
 {
   struct io_args a = { s, (void *) buf, flags };
 
-  return for_each_part (l, count, offset, write_part, &a);
+  return submit_parts (l, count, offset, write_part, &a);
 }
 
 int
@@ -384,7 +465,7 @@ linear_zero (struct linear *l, struct session *s, uint64_t count,
     errno = ENOTSUP;
     return -1;
   }
-  return for_each_part (l, count, offset, zero_part, &a);
+  return submit_parts (l, count, offset, zero_part, &a);
 }
 
 int
@@ -393,7 +474,7 @@ linear_trim (struct linear *l, struct session *s, uint64_t count,
 {
   struct io_args a = { s, NULL, flags };
 
-  return for_each_part (l, count, offset, trim_part, &a);
+  return submit_parts (l, count, offset, trim_part, &a);
 }
 
 int

@@ -172,9 +172,9 @@ vol_zero (struct vol *v, uint64_t offset, uint64_t count, unsigned flags)
 
 /* Trimmed bytes read as zero on memory backends (trim_reads_zero). */
 static int
-vol_trim (struct vol *v, uint64_t offset, uint64_t count)
+vol_trim (struct vol *v, uint64_t offset, uint64_t count, unsigned flags)
 {
-  int r = linear_trim (v->l, NULL, count, offset, 0);
+  int r = linear_trim (v->l, NULL, count, offset, flags);
 
   if (r == 0)
     memset (v->model + offset, 0, count);
@@ -208,6 +208,18 @@ member_equal (const unsigned char *got, const unsigned char *want,
 
   snprintf (label, sizeof label, "%s of disk%u", what, disk);
   return test_bytes_equal (got, want, member_size[disk], label);
+}
+
+/* Member disk's backend holds its part of the model. */
+static bool
+member_durable (const struct vol *v, unsigned disk)
+{
+  static unsigned char got[MAX_VOLUME], want[MAX_VOLUME];
+
+  member_image (v, disk, want);
+  return CHECK (test_backend_read (rig.d[disk].tb, got, member_size[disk], 0)
+                == 0)
+    && member_equal (got, want, disk, "backend");
 }
 
 /* The volume reads as the model, and each member, through its own queue
@@ -351,8 +363,8 @@ test_trim_straddle (void)
   ok = ok && CHECK (vol_write (&v, NULL, 0, v.size, 1, 0) == 0);
   ok = ok && CHECK (linear_flush (v.l, NULL) == 0);
   for (unsigned i = 0; ok && i < NR_BOUNDARIES; i++)
-    ok = CHECK (vol_trim (&v, boundaries[i] - 2 * KiB, 4 * KiB) == 0);
-  ok = ok && CHECK (vol_trim (&v, 63 * KiB, 34 * KiB) == 0);
+    ok = CHECK (vol_trim (&v, boundaries[i] - 2 * KiB, 4 * KiB, 0) == 0);
+  ok = ok && CHECK (vol_trim (&v, 63 * KiB, 34 * KiB, 0) == 0);
   ok = ok && CHECK (vol_verify_both (&v));
   ok = ok && CHECK (test_backend_count (rig.d[0].tb, TB_TRIM) >= 1
                     && test_backend_count (rig.d[1].tb, TB_TRIM) >= 1
@@ -508,6 +520,11 @@ test_fua (void)
   ok = ok && CHECK (test_backend_count (rig.d[0].tb, TB_FLUSH) >= 1
                     && test_backend_count (rig.d[1].tb, TB_FLUSH) >= 1
                     && test_backend_count (rig.d[2].tb, TB_FLUSH) == 0);
+  /* Inside one member FUA goes through: that queue group-commits it. */
+  ok = ok && CHECK (vol_write (&v, NULL, 100 * KiB, 8 * KiB, 2, REQ_FUA)
+                    == 0);
+  ok = ok && CHECK (test_stats (rig.d[2].q).fua_requests == 1)
+    && CHECK (member_durable (&v, 2));
   finish (&v);
   tap_ok (ok, "FUA on a volume is durable in each member it touched");
 }
@@ -660,6 +677,268 @@ test_member_error (void)
   finish (&v);
   session_free (s);
   tap_ok (ok, "a member's write-back error fails the volume flush once");
+}
+
+/* ------------------------------------------------------------ FUA */
+
+/* FUA over several members: the parts are queued plainly and the
+ * members flushed together, as a volume FLUSH does, so N members cost
+ * one round of flushes rather than N FUAs one after another.
+ */
+
+enum fua_op { FUA_WRITE, FUA_ZERO, FUA_TRIM, FUA_OPS };
+
+static const char *const fua_op_names[FUA_OPS] = { "write", "zero", "trim" };
+
+struct fua_job {
+  struct vol *vol;
+  struct session *s;
+  enum fua_op op;
+  uint64_t offset, count;
+};
+
+static int
+fua_run (void *arg)
+{
+  struct fua_job *j = arg;
+
+  switch (j->op) {
+  case FUA_WRITE:
+    return vol_write (j->vol, j->s, j->offset, j->count, 9, REQ_FUA);
+  case FUA_ZERO:
+    return vol_zero (j->vol, j->offset, j->count, REQ_FUA);
+  default:
+    return vol_trim (j->vol, j->offset, j->count, REQ_FUA);
+  }
+}
+
+/* Data everywhere, durable, so a zero or trim has something to change;
+ * one backend flush on each member so far.
+ */
+static bool
+vol_fill_durable (struct vol *vol)
+{
+  return CHECK (vol_write (vol, NULL, 0, vol->size, 1, 0) == 0)
+    && CHECK (linear_flush (vol->l, NULL) == 0);
+}
+
+/* A FUA request over all three members while the first member's backend
+ * flush is held: the other two members' flushes are issued and finish
+ * meanwhile, and the request is answered only once the held one is.
+ * Serial FUA parts would not reach the second member until the first
+ * member's FUA returned, so the wait for its flush would time out.
+ */
+static void
+test_fua_parallel (void)
+{
+  for (enum fua_op op = 0; op < FUA_OPS; op++) {
+    struct test_thread t = TEST_THREAD_INIT;
+    struct fua_job job = { &v, NULL, op, 60 * KiB, 40 * KiB };
+    bool ok = CHECK (members_start_default ()) && CHECK (vol_plain (&v))
+      && CHECK (vol_fill_durable (&v));
+
+    if (ok)
+      test_backend_block (rig.d[0].tb, TB_FLUSH);
+    ok = ok && CHECK (test_thread_start (&t, fua_run, &job) == 0);
+    ok = ok && CHECK (test_backend_wait_entered (rig.d[0].tb, TB_FLUSH, 2));
+    ok = ok && CHECK (test_backend_wait_count (rig.d[1].tb, TB_FLUSH, 2))
+      && CHECK (test_backend_wait_count (rig.d[2].tb, TB_FLUSH, 2));
+    ok = ok && CHECK (!test_thread_done (&t));
+    test_backend_release (rig.d[0].tb, TB_FLUSH);
+    ok = ok && CHECK (test_thread_wait (&t) && t.result == 0);
+    ok = ok && CHECK (vol_verify (&v, true));
+    /* One flush per member for the request, no FUA left in them. */
+    for (unsigned d = 0; ok && d < MEMBERS; d++)
+      ok = CHECK (test_backend_count (rig.d[d].tb, TB_FLUSH) == 2)
+        && CHECK (test_stats (rig.d[d].q).fua_requests == 0);
+    test_thread_join (&t);
+    finish (&v);
+    tap_ok (ok, "FUA %s over three members: their flushes run in parallel",
+            fua_op_names[op]);
+  }
+}
+
+/* A member that holds two rows the request crosses is flushed once. */
+static void
+test_fua_repeat (void)
+{
+  bool ok = CHECK (members_start_default ()) && CHECK (vol_repeat (&v));
+
+  /* d0, d2, d1, d2 */
+  ok = ok && CHECK (vol_write (&v, NULL, 60 * KiB, 72 * KiB, 1, REQ_FUA)
+                    == 0);
+  for (unsigned d = 0; ok && d < MEMBERS; d++)
+    ok = CHECK (test_backend_count (rig.d[d].tb, TB_FLUSH) == 1)
+      && CHECK (member_durable (&v, d));
+  finish (&v);
+  tap_ok (ok, "FUA over two rows of one member flushes it once");
+}
+
+/* In member's log, a write covering [offset, offset+count) and after it
+ * a flush that arrived with nothing unfinished: the write was on the
+ * backend before that flush began.
+ */
+static bool
+flushed_after_write (unsigned disk, uint64_t offset, uint64_t count)
+{
+  struct tb_call calls[64];
+  size_t n = test_backend_calls (rig.d[disk].tb, TB_OPS, calls, 64);
+  size_t written = n;
+
+  if (n > 64) {
+    printf ("# disk%u: %zu calls, more than the test looks at\n", disk, n);
+    return false;
+  }
+  for (size_t i = 0; i < n; i++) {
+    const struct tb_call *c = &calls[i];
+
+    if (c->op == TB_PWRITEV && c->offset <= offset
+        && c->offset + c->count >= offset + count)
+      written = i;
+    else if (c->op == TB_FLUSH && written < i && c->busy == 0)
+      return true;
+  }
+  printf ("# disk%u: no flush after a finished write of %" PRIu64 "+%"
+          PRIu64 " (write at call %zu of %zu)\n",
+          disk, offset, count, written, n);
+  return false;
+}
+
+/* A FUA write over d0 and d1, with d1's flush held: not answered while
+ * it is held; when answered, each member's backend has the data and a
+ * flush that began after the data was written, and d2 saw nothing.
+ */
+static bool
+fua_ordering (unsigned async)
+{
+  struct test_thread t = TEST_THREAD_INIT;
+  struct fua_job job = { &v, NULL, FUA_WRITE, 60 * KiB, 8 * KiB };
+  struct queue_config cfg = test_config (TEST_HOUR, 1000);
+  bool ok = true;
+
+  memset (&rig, 0, sizeof rig);
+  for (unsigned i = 0; ok && i < MEMBERS; i++) {
+    struct test_backend *tb = test_rig_backend (&rig, member_size[i]);
+
+    ok = CHECK (tb != NULL)
+      && CHECK (async == 0 || test_backend_set_async (tb, async) == 0);
+  }
+  ok = ok && CHECK (test_rig_start (&rig, &cfg)) && CHECK (vol_plain (&v));
+  if (ok)
+    test_backend_block (rig.d[1].tb, TB_FLUSH);
+  ok = ok && CHECK (test_thread_start (&t, fua_run, &job) == 0);
+  ok = ok && CHECK (test_backend_wait_entered (rig.d[1].tb, TB_FLUSH, 1));
+  ok = ok && CHECK (test_backend_wait_count (rig.d[0].tb, TB_FLUSH, 1));
+  ok = ok && CHECK (!test_thread_done (&t));
+  test_backend_release (rig.d[1].tb, TB_FLUSH);
+  ok = ok && CHECK (test_thread_wait (&t) && t.result == 0);
+  ok = ok && CHECK (test_backend_count (rig.d[1].tb, TB_FLUSH) == 1)
+    && CHECK (flushed_after_write (0, 60 * KiB, 4 * KiB))
+    && CHECK (flushed_after_write (1, 0, 4 * KiB))
+    && CHECK (member_durable (&v, 0)) && CHECK (member_durable (&v, 1))
+    && CHECK (test_backend_entered (rig.d[2].tb, TB_FLUSH) == 0
+              && test_backend_entered (rig.d[2].tb, TB_PWRITEV) == 0);
+  test_thread_join (&t);
+  finish (&v);
+  return ok;
+}
+
+static void
+test_fua_ordering (void)
+{
+  tap_ok (fua_ordering (0), "FUA over two members is answered after each "
+          "backend has the data and a flush begun after it");
+  tap_ok (fua_ordering (4), "the same on asynchronous members");
+}
+
+/* 8K across the d0/d1 boundary with FUA through session s; buf gets
+ * the data.
+ */
+static int
+fua_write_pair (struct session *s, unsigned char *buf)
+{
+  for (uint64_t i = 0; i < 8 * KiB; i++)
+    buf[i] = pattern (60 * KiB + i, 7);
+  return linear_pwrite (v.l, s, buf, 8 * KiB, 60 * KiB, REQ_FUA);
+}
+
+/* The member's backend holds its half of fua_write_pair's buf. */
+static bool
+pair_landed (unsigned disk, const unsigned char *buf)
+{
+  unsigned char got[4 * KiB];
+  uint64_t at = disk == 0 ? 60 * KiB : 0;
+
+  return CHECK (test_backend_read (rig.d[disk].tb, got, 4 * KiB, at) == 0)
+    && test_bytes_equal (got, buf + (disk == 0 ? 0 : 4 * KiB), 4 * KiB,
+                         disk == 0 ? "disk0 backend" : "disk1 backend");
+}
+
+/* Members of cfg, the plain volume and a session that knows them. */
+static bool
+fua_error_start (const struct queue_config *cfg, struct session **s)
+{
+  return CHECK (members_start (cfg)) && CHECK (vol_plain (&v))
+    && CHECK ((*s = session_new ()) != NULL);
+}
+
+static void
+fua_error_finish (struct session **s)
+{
+  finish (&v);
+  session_free (*s);
+  *s = NULL;
+}
+
+/* Errors: a member's failed flush, a part's latched write-back error,
+ * and a part that fails outright, each returned by the FUA request,
+ * while the other member is still flushed.
+ */
+static void
+test_fua_errors (void)
+{
+  struct queue_config cfg = test_config (TEST_HOUR, 1000);
+  unsigned char buf[8 * KiB];
+  struct session *s = NULL;
+  bool ok = fua_error_start (&cfg, &s);
+
+  if (ok)
+    test_backend_fail (rig.d[1].tb, TB_FLUSH, 1, EIO);
+  ok = ok && CHECK (fua_write_pair (s, buf) == -1 && errno == EIO);
+  ok = ok && CHECK (test_backend_count (rig.d[0].tb, TB_FLUSH) == 1)
+    && CHECK (pair_landed (0, buf));
+  ok = ok && CHECK (linear_flush (v.l, s) == 0);
+  fua_error_finish (&s);
+  tap_ok (ok, "FUA over two members: a member's failed flush is returned");
+
+  /* ack=queued: d0's part fails after it was answered; the latched
+   * error reaches this request through d0's flush, once.
+   */
+  ok = fua_error_start (&cfg, &s);
+  if (ok)
+    test_backend_fail (rig.d[0].tb, TB_PWRITEV, 1, EIO);
+  ok = ok && CHECK (fua_write_pair (s, buf) == -1 && errno == EIO);
+  ok = ok && CHECK (test_backend_count (rig.d[1].tb, TB_FLUSH) == 1)
+    && CHECK (pair_landed (1, buf));
+  ok = ok && CHECK (linear_flush (v.l, s) == 0);
+  fua_error_finish (&s);
+  tap_ok (ok, "FUA over two members: a part's latched write-back error is "
+          "returned, once");
+
+  /* ack=dispatched: d1's part fails in the call itself, and its error
+   * wins over d0's failed flush that follows it.
+   */
+  cfg.ack = ACK_DISPATCHED;
+  ok = fua_error_start (&cfg, &s);
+  if (ok) {
+    test_backend_fail (rig.d[1].tb, TB_PWRITEV, 1, EIO);
+    test_backend_fail (rig.d[0].tb, TB_FLUSH, 1, ENOSPC);
+  }
+  ok = ok && CHECK (fua_write_pair (s, buf) == -1 && errno == EIO);
+  ok = ok && CHECK (test_backend_count (rig.d[0].tb, TB_FLUSH) == 1)
+    && CHECK (pair_landed (0, buf));
+  fua_error_finish (&s);
+  tap_ok (ok, "FUA over two members: a failed part's error comes first");
 }
 
 /* ------------------------------------------------------------ tables */
@@ -837,7 +1116,7 @@ random_step (struct vol *vol, struct session *s, unsigned *state,
     return CHECK (vol_zero (vol, off, len, rand_below (state, 2)
                             ? REQ_MAY_TRIM : 0) == 0);
   case 5:
-    return CHECK (vol_trim (vol, off, len) == 0);
+    return CHECK (vol_trim (vol, off, len, 0) == 0);
   case 6:
     return CHECK (linear_flush (vol->l, s) == 0);
   default:
@@ -919,6 +1198,10 @@ main (void)
   test_flush_every_member ();
   test_flush_parallel ();
   test_member_error ();
+  test_fua_parallel ();
+  test_fua_repeat ();
+  test_fua_ordering ();
+  test_fua_errors ();
   test_bad_tables ();
   test_limits ();
   test_random_model ();
