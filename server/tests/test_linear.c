@@ -1070,11 +1070,12 @@ test_limits (void)
 
 /* ------------------------------------------------------------ model */
 
-/* The queue's model test, on a volume: random writes, zeroes, trims,
- * FUA writes, flushes and reads over a table of sub-ranges (so every
- * member boundary and member-relative offset is exercised), read back
- * through the volume against a flat array after every operation, and at
- * the end through every member's own queue and on its backend.
+/* The queue's model test, on a volume: random writes, zeroes, trims
+ * (some of each with FUA), flushes and reads over a table of sub-ranges
+ * (so every member boundary and member-relative offset is exercised),
+ * read back through the volume against a flat array after every
+ * operation, and at the end through every member's own queue and on its
+ * backend.
  */
 static uint64_t
 rand_below (unsigned *state, uint64_t n)
@@ -1113,10 +1114,11 @@ random_step (struct vol *vol, struct session *s, unsigned *state,
   case 3:
     return CHECK (vol_write (vol, s, off, len, i, REQ_FUA) == 0);
   case 4:
-    return CHECK (vol_zero (vol, off, len, rand_below (state, 2)
-                            ? REQ_MAY_TRIM : 0) == 0);
+    return CHECK (vol_zero (vol, off, len, (rand_below (state, 2)
+                                            ? REQ_MAY_TRIM : 0)
+                            | (i % 3 == 0 ? REQ_FUA : 0)) == 0);
   case 5:
-    return CHECK (vol_trim (vol, off, len, 0) == 0);
+    return CHECK (vol_trim (vol, off, len, i % 3 == 0 ? REQ_FUA : 0) == 0);
   case 6:
     return CHECK (linear_flush (vol->l, s) == 0);
   default:
