@@ -52,6 +52,9 @@ void linear_free (struct linear *);
 
 int linear_pread (struct linear *, void *buf, uint32_t count,
                   uint64_t offset);
+/* Writes, zeroes and trims: with REQ_FUA across rows, the parts are
+ * queued plainly and the members touched then flushed in parallel.
+ */
 int linear_pwrite (struct linear *, struct session *, const void *buf,
                    uint32_t count, uint64_t offset, unsigned flags);
 int linear_zero (struct linear *, struct session *, uint64_t count,
