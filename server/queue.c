@@ -97,6 +97,7 @@ struct queue {
   struct piece_tree in_flight;  /* pieces on their way, by offset */
   uint32_t nr_batches;
   uint32_t max_in_flight;       /* batches taken at once */
+  struct batch *spare_batches;  /* finished, for the next to reuse */
   struct elevator_state elevator;
   uint32_t nr_queued;
   uint64_t queued_bytes;
@@ -933,9 +934,15 @@ queue_cache (struct queue *q, uint64_t count, uint64_t offset)
 
 /* ------------------------------------------------------------ dispatch */
 
+/* Vectors a batch carries without an allocation: random writes make
+ * batches of one piece.
+ */
+#define BATCH_INLINE_IOV 4
+
 /* One backend operation and the pieces it carries. */
 struct batch {
   struct queue *q;
+  struct batch *next_free;      /* on the queue's spare list */
   struct piece_list pieces;
   uint32_t nr_pieces;
   uint32_t requests;            /* distinct requests among them */
@@ -945,6 +952,7 @@ struct batch {
   bool may_trim;
   uint64_t issued_ns;
   struct iovec *iov;
+  struct iovec inline_iov[BATCH_INLINE_IOV];
   struct backend_io io;
 };
 
@@ -999,6 +1007,30 @@ batch_add (struct queue *q, struct batch *b, struct piece *p, uint64_t now)
   q->stats.in_flight++;
 }
 
+/* Under the lock.  A batch is taken and finished under the queue lock
+ * anyway, so keeping finished ones costs nothing, and a queue of random
+ * writes allocated and freed one per request.
+ */
+static struct batch *
+batch_alloc (struct queue *q)
+{
+  struct batch *b = q->spare_batches;
+
+  if (b == NULL)
+    return malloc (sizeof *b);
+  q->spare_batches = b->next_free;
+  return b;
+}
+
+static void
+batch_release (struct queue *q, struct batch *b)
+{
+  if (b->iov != b->inline_iov)
+    free (b->iov);
+  b->next_free = q->spare_batches;
+  q->spare_batches = b;
+}
+
 /* Under the lock: the elevator's next run of pieces, or NULL when what it
  * would start with has to wait for an operation in flight.
  */
@@ -1014,9 +1046,9 @@ batch_take (struct queue *q)
   p = q->cfg.elevator->first (&q->elevator, now);
   if (p && overlaps_in_flight (q, p))
     p = oldest_dispatchable (q);
-  if (p == NULL || (b = calloc (1, sizeof *b)) == NULL)
+  if (p == NULL || (b = batch_alloc (q)) == NULL)
     return NULL;
-  b->q = q;
+  *b = (struct batch) { .q = q, .iov = b->inline_iov };
   b->offset = p->offset;
   b->kind = p->kind;
   b->may_trim = p->may_trim;
@@ -1054,6 +1086,8 @@ batch_requests (const struct batch *b)
   const struct piece *p;
   uint32_t n = 0, distinct = 0;
 
+  if (b->nr_pieces == 1)
+    return 1;
   if (b->nr_pieces > 32
       && (seqs = malloc (b->nr_pieces * sizeof *seqs)) == NULL)
     return b->nr_pieces;
@@ -1089,8 +1123,11 @@ batch_prepare (struct batch *b)
   };
   if (b->kind != OP_WRITE)
     return 0;
-  if ((b->iov = malloc (b->nr_pieces * sizeof *b->iov)) == NULL)
+  if (b->nr_pieces > BATCH_INLINE_IOV
+      && (b->iov = malloc (b->nr_pieces * sizeof *b->iov)) == NULL) {
+    b->iov = b->inline_iov;
     return -1;
+  }
   TAILQ_FOREACH (p, &b->pieces, batch) {
     b->iov[i].iov_base = p->buf->data + p->buf_offset;
     b->iov[i].iov_len = p->length;
@@ -1152,8 +1189,7 @@ batch_complete (struct queue *q, struct batch *b, int err)
     piece_free (p);
   }
   q->nr_batches--;
-  free (b->iov);
-  free (b);
+  batch_release (q, b);
 }
 
 static void
@@ -1488,6 +1524,12 @@ queue_free (struct queue *q)
   while ((p = TAILQ_FIRST (&q->by_age)) != NULL) {
     queue_unlink (q, p);
     piece_free (p);
+  }
+  while (q->spare_batches) {
+    struct batch *b = q->spare_batches;
+
+    q->spare_batches = b->next_free;
+    free (b);
   }
   backend_close (q->backend);
   pthread_mutex_destroy (&q->lock);
