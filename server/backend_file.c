@@ -33,6 +33,15 @@
 #define MAX_REQUEST (64 * 1024 * 1024) /* nbdkit's cap on one request */
 #define MAX_WRITE (32 * 1024 * 1024)
 #define DIRECT_MIN_ALIGN 4096
+/* Token holders that may write a page-cache file at once.  ext4 takes
+ * the inode lock for each buffered write anyway, but its rwsem spins on
+ * a running owner, and with one holder the request threads piled up
+ * behind it: 4 KiB random writes at QD16 gained 12 %, with a FLUSH every
+ * 32 writes 15-20 %.  O_DIRECT keeps one: each write is a device I/O,
+ * merging is what the queue is for, and parallel holders split a
+ * sequential stream (50 client writes per backend write fell to 17).
+ */
+#define BUFFERED_WRITERS 4
 /* Bounce and zero buffers: large enough to keep the disk streaming, small
  * enough not to matter next to the queue's own memory.
  */
@@ -653,11 +662,13 @@ set_limits (struct file_backend *f)
     f->b.limits.minimum = f->align;
     f->b.limits.preferred = f->align;
     f->b.buffer_align = f->align;
+    f->b.max_writers = 1;
   }
   else {
     f->align = 1;
     f->b.limits.minimum = 1;
     f->b.limits.preferred = 4096;
+    f->b.max_writers = BUFFERED_WRITERS;
   }
   f->b.limits.maximum = MAX_REQUEST;
   f->b.max_write = MAX_WRITE;

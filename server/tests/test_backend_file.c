@@ -142,6 +142,7 @@ test_properties (void)
   ok &= CHECK (b->limits.minimum == 1 && b->limits.preferred == 4096);
   ok &= CHECK (b->limits.maximum == 64 * MiB);
   ok &= CHECK (b->max_write == 32 * MiB && b->max_iov == IOV_MAX);
+  ok &= CHECK (b->max_writers > 1);
   /* Both come from the same punch-hole probe. */
   ok &= CHECK (b->can_fast_zero == b->trim_reads_zero);
   printf ("# %s: can_fast_zero %d\n", tmpdir (), b->can_fast_zero);
@@ -413,6 +414,7 @@ test_direct_limits (void)
   ok &= CHECK (b->limits.minimum >= 4096);
   ok &= CHECK (b->limits.preferred >= b->limits.minimum);
   ok &= CHECK (b->limits.maximum == 64 * MiB);
+  ok &= CHECK (b->max_writers <= 1);      /* merging is the point */
   ok &= CHECK (strstr (b->description, " (O_DIRECT)") != NULL);
   return ok;
 }
