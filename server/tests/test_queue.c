@@ -1662,9 +1662,10 @@ test_writers_in_parallel (void)
           " queues");
 }
 
-/* A second holder must not start a backend flush while one runs: the
- * later epoch could finish first.  It writes what the second FLUSH covers
- * and leaves that flush until the first is done.
+/* While a backend flush runs nothing else starts: not a second holder's
+ * write (it would compete with the flush), and not a second backend flush
+ * (the later epoch could finish first).  b, written after the first
+ * FLUSH, goes out once that flush is done, and then its own flush.
  */
 static void
 test_one_backend_flush_at_a_time (void)
@@ -1687,13 +1688,11 @@ test_one_backend_flush_at_a_time (void)
   ok = ok && CHECK (test_write_fill (r.d[0].q, NULL, 'b', 4 * KiB, MiB,
                                      0) == 0);
   ok = ok && CHECK (test_thread_start (&t2, flush_job_run, &fj) == 0);
-  ok = ok && CHECK (test_backend_wait_count (r.d[0].tb, TB_PWRITEV, 2));
-  /* The write behind the second FLUSH went out at once; its flush did
-   * not (it would follow in microseconds on the same thread).
-   */
+  ok = ok && CHECK (TEST_WAIT_FOR (test_stats (r.d[0].q).flushes == 2));
   for (int i = 0; i < 20 && ok; i++) {
     test_poll_step ();
-    ok = CHECK (test_backend_entered (r.d[0].tb, TB_FLUSH) == 1);
+    ok = CHECK (test_backend_entered (r.d[0].tb, TB_FLUSH) == 1
+                && test_backend_entered (r.d[0].tb, TB_PWRITEV) == 1);
   }
   ok = ok && CHECK (!test_thread_done (&t2));
   test_backend_release (r.d[0].tb, TB_FLUSH);
@@ -1708,6 +1707,46 @@ test_one_backend_flush_at_a_time (void)
   test_thread_join (&t1);
   test_thread_join (&t2);
   tap_ok (ok, "max_writers=2: one backend flush at a time");
+}
+
+/* max_writers=2, but while a flush waits one holder writes: a second
+ * would only compete with the flush for the disk.  C, queued behind a
+ * FLUSH whose write is held, is covered by a second FLUSH, whose thread
+ * must not take the free token to write it.
+ */
+static void
+test_one_holder_while_flush_waits (void)
+{
+  struct queue_config cfg = test_config (HOUR, 1000);
+  struct test_thread t1 = TEST_THREAD_INIT, t2 = TEST_THREAD_INIT;
+  struct flush_job fj;
+  struct test_rig r;
+  bool ok;
+
+  ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
+  if (ok)
+    test_backend_block (r.d[0].tb, TB_PWRITEV);
+  fj = (struct flush_job) { r.d[0].q, NULL };
+  ok = ok && CHECK (test_write_fill (r.d[0].q, NULL, 'a', 4 * KiB, 0, 0) == 0);
+  ok = ok && CHECK (test_thread_start (&t1, flush_job_run, &fj) == 0);
+  ok = ok && CHECK (test_backend_wait_entered (r.d[0].tb, TB_PWRITEV, 1));
+  ok = ok && CHECK (test_write_fill (r.d[0].q, NULL, 'c', 4 * KiB, MiB,
+                                     0) == 0);
+  ok = ok && CHECK (test_thread_start (&t2, flush_job_run, &fj) == 0);
+  ok = ok && CHECK (TEST_WAIT_FOR (test_stats (r.d[0].q).flushes == 2));
+  /* A second holder would write c at once, on t2's thread. */
+  for (int i = 0; i < 20 && ok; i++) {
+    test_poll_step ();
+    ok = CHECK (test_backend_entered (r.d[0].tb, TB_PWRITEV) == 1);
+  }
+  test_backend_release (r.d[0].tb, TB_PWRITEV);
+  ok = ok && CHECK (test_thread_wait (&t1) && t1.result == 0);
+  ok = ok && CHECK (test_thread_wait (&t2) && t2.result == 0);
+  ok = ok && CHECK (test_backend_holds (r.d[0].tb, 'c', 4 * KiB, MiB));
+  test_rig_stop (&r);
+  test_thread_join (&t1);
+  test_thread_join (&t2);
+  tap_ok (ok, "max_writers=2: one holder while a flush waits");
 }
 
 /* Valid whatever the backend's concurrency. */
@@ -1753,6 +1792,7 @@ main (void)
   writers_mode = WRITERS;
   test_writers_in_parallel ();
   test_one_backend_flush_at_a_time ();
+  test_one_holder_while_flush_waits ();
   writers_mode = 0;
   async_mode = 0;
   test_unplugger_dispatches ();
