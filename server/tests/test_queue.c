@@ -1267,29 +1267,61 @@ struct stream {
  * backend with piece k-1, then lets that call finish and waits until
  * the dispatcher is back in the backend.  Without write-expire, C-LOOK
  * would never turn back to a piece behind the head.
+ *
+ * Each write runs on a thread of its own: a write that joins a running
+ * queue may write the queue out itself when a token is free (between an
+ * unplug and the dispatch thread waking), and would then sit at the very
+ * gate this thread opens.  A writer's round is at most HELP_ROUND (4)
+ * backend calls, one step each, so the writer of piece k is done by the
+ * time piece k + STREAM_WRITERS is started.
  */
+#define STREAM_WRITERS 8
+
 static int
 stream_run (void *arg)
 {
   struct stream *st = arg;
-  unsigned char buf[STREAM_PIECE];
+  struct test_thread w[STREAM_WRITERS];
+  struct write_job j[STREAM_WRITERS];
+  int r = 0;
+  uint64_t k;
 
-  memset (buf, 's', sizeof buf);
-  for (uint64_t k = 1; !atomic_load (&st->stop); k++) {
+  for (unsigned i = 0; i < STREAM_WRITERS; i++)
+    w[i] = (struct test_thread) TEST_THREAD_INIT;
+  for (k = 1; !atomic_load (&st->stop) && r == 0; k++) {
+    unsigned slot = k % STREAM_WRITERS;
     uint64_t offset = st->base + k * STREAM_PIECE;
 
     if (offset + STREAM_PIECE > st->limit) {
-      errno = ENOSPC;
-      return -1;
+      r = -1;
+      break;
     }
-    if (queue_pwrite (st->q, NULL, buf, STREAM_PIECE, offset, 0) == -1)
-      return -1;
+    if (!w[slot].joined
+        && !(test_thread_wait (&w[slot]) && w[slot].result == 0)) {
+      r = -1;
+      break;
+    }
+    j[slot] = (struct write_job) { st->q, 's', STREAM_PIECE, offset };
+    /* Queued (pieces 0..k and the old one) before k-1 may finish. */
+    if (test_thread_start (&w[slot], write_job_run, &j[slot]) == -1
+        || !TEST_WAIT_FOR (test_stats (st->q).op[OP_WRITE].requests
+                           >= k + 2)) {
+      r = -1;
+      break;
+    }
     test_backend_step (st->tb, TB_PWRITEV, 1);
     if (!test_backend_wait_entered (st->tb, TB_PWRITEV, k + 1))
-      return -1;
-    atomic_store (&st->steps, k);
+      r = -1;
+    else
+      atomic_store (&st->steps, k);
   }
-  return 0;
+  /* stream_stop opens the gate before it waits for this thread. */
+  for (unsigned i = 0; i < STREAM_WRITERS; i++) {
+    if (!w[i].joined && !(test_thread_wait (&w[i]) && w[i].result == 0))
+      r = -1;
+    test_thread_join (&w[i]);
+  }
+  return r;
 }
 
 /* A stream running on its own thread while an old piece ('p', 4 KiB at
