@@ -802,14 +802,8 @@ assert not log_lines("reconnected"), \
 kill_remote(PIDF)
 
 start_remote(SOCK, PIDF, *GOOD)
-def served():
-    try:
-        return h.pread(64 * KiB, 0) == x
-    except nbd.Error as e:
-        if e.errno != "EIO":
-            raise
-        return False
-poll(served, 20, "reads served again once the original remote is back", 0.05)
+poll(lambda: reads_as(h, 0, x), 20,
+     "reads served again once the original remote is back", 0.05)
 expect_read(h, 256 * KiB, zeroed, "zeroed range written before the loss")
 y = pattern(31, 64 * KiB)
 h.pwrite(y, 512 * KiB)
@@ -911,14 +905,7 @@ h.pwrite(x, 0)
 h.flush()
 kill_remote(PIDF)
 start_remote(SOCK, PIDF, "--filter=log", "nbd", S, "logfile=" + LOG2)
-def served():
-    try:
-        return h.pread(64 * KiB, 0) == x
-    except nbd.Error as e:
-        if e.errno != "EIO":
-            raise
-        return False
-poll(served, 20, "reads served by the stronger remote", 0.05)
+poll(lambda: reads_as(h, 0, x), 20, "reads served by the stronger remote", 0.05)
 assert "reconnected" in open(PLOG).read(), "plugq's log does not say it reconnected"
 # Still what was advertised: zero emulated with writes, writes of 64K
 # at most (the queue merges up to the old maximum).

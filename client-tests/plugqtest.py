@@ -105,6 +105,17 @@ def poll(cond, timeout, what, interval=0.01):
         time.sleep(interval)
 
 
+def reads_as(h, off, want):
+    """Whether h reads want at off; False while the disk answers EIO
+    (a lost remote, say), any other error raises."""
+    try:
+        return h.pread(len(want), off) == want
+    except nbd.Error as e:
+        if e.errno != "EIO":
+            raise
+        return False
+
+
 def aio_pwrite_all(h, writes, flags=0):
     """Submits every (data, offset) at once (pipelined), then waits for all
     answers.  Fails if any write failed."""

@@ -1694,90 +1694,75 @@ test_writers_in_parallel (void)
           " queues");
 }
 
-/* While a backend flush runs nothing else starts: not a second holder's
- * write (it would compete with the flush), and not a second backend flush
- * (the later epoch could finish first).  b, written after the first
- * FLUSH, goes out once that flush is done, and then its own flush.
+/* max_writers=2: 'a' and a FLUSH whose backend call of kind held (the
+ * write, or the flush itself) is held at the gate; then 'b' and a second
+ * FLUSH.  The second FLUSH's thread finds a free token, but must neither
+ * write 'b' (a second holder would compete with the flush for the disk)
+ * nor start a backend flush while one runs (the later epoch could finish
+ * first).  Then the gate opens and both FLUSHes must succeed.
  */
+static bool
+second_flush_behind_held (struct test_rig *r, enum tb_op held)
+{
+  struct test_thread t1 = TEST_THREAD_INIT, t2 = TEST_THREAD_INIT;
+  struct flush_job fj = { r->d[0].q, NULL };
+  struct test_backend *tb = r->d[0].tb;
+  bool ok = true;
+
+  test_backend_block (tb, held);
+  ok = ok && CHECK (test_write_fill (fj.q, NULL, 'a', 4 * KiB, 0, 0) == 0);
+  ok = ok && CHECK (test_thread_start (&t1, flush_job_run, &fj) == 0);
+  ok = ok && CHECK (test_backend_wait_entered (tb, held, 1));
+  ok = ok && CHECK (test_write_fill (fj.q, NULL, 'b', 4 * KiB, MiB, 0) == 0);
+  ok = ok && CHECK (test_thread_start (&t2, flush_job_run, &fj) == 0);
+  ok = ok && CHECK (TEST_WAIT_FOR (test_stats (fj.q).flushes == 2));
+  /* Either would follow in microseconds on t2's thread. */
+  for (int i = 0; i < 20 && ok; i++) {
+    test_poll_step ();
+    ok = CHECK (test_backend_entered (tb, TB_PWRITEV) == 1
+                && test_backend_entered (tb, TB_FLUSH) == (held == TB_FLUSH));
+  }
+  ok = ok && CHECK (!test_thread_done (&t2));
+  test_backend_release (tb, held);
+  ok = ok && CHECK (test_thread_wait (&t1) && t1.result == 0);
+  ok = ok && CHECK (test_thread_wait (&t2) && t2.result == 0);
+  ok = ok && CHECK (test_backend_holds (tb, 'b', 4 * KiB, MiB));
+  test_backend_release_all (tb);
+  test_thread_join (&t1);
+  test_thread_join (&t2);
+  return ok;
+}
+
 static void
 test_one_backend_flush_at_a_time (void)
 {
   struct queue_config cfg = test_config (HOUR, 1000);
-  struct test_thread t1 = TEST_THREAD_INIT, t2 = TEST_THREAD_INIT;
-  struct flush_job fj;
   struct tb_call calls[8];
   struct test_rig r;
   size_t n = 0;
   bool ok;
 
-  ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
-  if (ok)
-    test_backend_block (r.d[0].tb, TB_FLUSH);
-  fj = (struct flush_job) { r.d[0].q, NULL };
-  ok = ok && CHECK (test_write_fill (r.d[0].q, NULL, 'a', 4 * KiB, 0, 0) == 0);
-  ok = ok && CHECK (test_thread_start (&t1, flush_job_run, &fj) == 0);
-  ok = ok && CHECK (test_backend_wait_entered (r.d[0].tb, TB_FLUSH, 1));
-  ok = ok && CHECK (test_write_fill (r.d[0].q, NULL, 'b', 4 * KiB, MiB,
-                                     0) == 0);
-  ok = ok && CHECK (test_thread_start (&t2, flush_job_run, &fj) == 0);
-  ok = ok && CHECK (TEST_WAIT_FOR (test_stats (r.d[0].q).flushes == 2));
-  for (int i = 0; i < 20 && ok; i++) {
-    test_poll_step ();
-    ok = CHECK (test_backend_entered (r.d[0].tb, TB_FLUSH) == 1
-                && test_backend_entered (r.d[0].tb, TB_PWRITEV) == 1);
-  }
-  ok = ok && CHECK (!test_thread_done (&t2));
-  test_backend_release (r.d[0].tb, TB_FLUSH);
-  ok = ok && CHECK (test_thread_wait (&t1) && t1.result == 0);
-  ok = ok && CHECK (test_thread_wait (&t2) && t2.result == 0);
+  ok = CHECK (rig_one (&r, &cfg, DISK_SIZE))
+    && second_flush_behind_held (&r, TB_FLUSH);
   if (ok)
     n = test_backend_calls (r.d[0].tb, TB_OPS, calls, 8);
   /* a, its flush (held), b, and only then b's flush. */
   ok = ok && CHECK (n == 4 && calls[1].op == TB_FLUSH
                     && calls[2].op == TB_PWRITEV && calls[3].op == TB_FLUSH);
   test_rig_stop (&r);
-  test_thread_join (&t1);
-  test_thread_join (&t2);
   tap_ok (ok, "max_writers=2: one backend flush at a time");
 }
 
-/* max_writers=2, but while a flush waits one holder writes: a second
- * would only compete with the flush for the disk.  C, queued behind a
- * FLUSH whose write is held, is covered by a second FLUSH, whose thread
- * must not take the free token to write it.
- */
 static void
 test_one_holder_while_flush_waits (void)
 {
   struct queue_config cfg = test_config (HOUR, 1000);
-  struct test_thread t1 = TEST_THREAD_INIT, t2 = TEST_THREAD_INIT;
-  struct flush_job fj;
   struct test_rig r;
   bool ok;
 
-  ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
-  if (ok)
-    test_backend_block (r.d[0].tb, TB_PWRITEV);
-  fj = (struct flush_job) { r.d[0].q, NULL };
-  ok = ok && CHECK (test_write_fill (r.d[0].q, NULL, 'a', 4 * KiB, 0, 0) == 0);
-  ok = ok && CHECK (test_thread_start (&t1, flush_job_run, &fj) == 0);
-  ok = ok && CHECK (test_backend_wait_entered (r.d[0].tb, TB_PWRITEV, 1));
-  ok = ok && CHECK (test_write_fill (r.d[0].q, NULL, 'c', 4 * KiB, MiB,
-                                     0) == 0);
-  ok = ok && CHECK (test_thread_start (&t2, flush_job_run, &fj) == 0);
-  ok = ok && CHECK (TEST_WAIT_FOR (test_stats (r.d[0].q).flushes == 2));
-  /* A second holder would write c at once, on t2's thread. */
-  for (int i = 0; i < 20 && ok; i++) {
-    test_poll_step ();
-    ok = CHECK (test_backend_entered (r.d[0].tb, TB_PWRITEV) == 1);
-  }
-  test_backend_release (r.d[0].tb, TB_PWRITEV);
-  ok = ok && CHECK (test_thread_wait (&t1) && t1.result == 0);
-  ok = ok && CHECK (test_thread_wait (&t2) && t2.result == 0);
-  ok = ok && CHECK (test_backend_holds (r.d[0].tb, 'c', 4 * KiB, MiB));
+  ok = CHECK (rig_one (&r, &cfg, DISK_SIZE))
+    && second_flush_behind_held (&r, TB_PWRITEV);
   test_rig_stop (&r);
-  test_thread_join (&t1);
-  test_thread_join (&t2);
   tap_ok (ok, "max_writers=2: one holder while a flush waits");
 }
 
