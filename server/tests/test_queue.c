@@ -1663,7 +1663,6 @@ test_writers_in_parallel (void)
   struct queue_config cfg = test_config (HOUR, 1);
   struct test_thread t1 = TEST_THREAD_INIT, t2 = TEST_THREAD_INIT;
   struct write_job w1, w2;
-  int result = -1;
   struct test_rig r;
   bool ok;
 
@@ -1683,7 +1682,7 @@ test_writers_in_parallel (void)
   test_backend_release (r.d[0].tb, TB_PWRITEV);
   ok = ok && CHECK (test_thread_wait (&t1) && t1.result == 0);
   ok = ok && CHECK (test_thread_wait (&t2) && t2.result == 0);
-  ok = ok && CHECK ((result = queue_flush (r.d[0].q, NULL)) == 0);
+  ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0);
   ok = ok && CHECK (test_backend_holds (r.d[0].tb, 'a', 4 * KiB, 0)
                     && test_backend_holds (r.d[0].tb, 'b', 4 * KiB, MiB)
                     && test_backend_holds (r.d[0].tb, 'c', 4 * KiB, 2 * MiB));
