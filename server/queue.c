@@ -199,8 +199,7 @@ plug (struct queue *q)
 {
   q->plugged = true;
   q->stats.plugs++;
-  q->plug_deadline_ns = monotonic_ns () + q->cfg.unplug_delay_ns;
-  unplug_timer_arm (&q->timer, q->cfg.unplug_delay_ns);
+  q->plug_deadline_ns = unplug_timer_arm (&q->timer, q->cfg.unplug_delay_ns);
   if (log_queue_events)
     log_debug ("%s: plug (%" PRIu32 " queued)", q->name, q->nr_queued);
 }

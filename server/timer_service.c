@@ -215,7 +215,7 @@ timer_service_free (struct timer_service *ts)
  * fires, finds the later deadline and sleeps on.  One wake-up per
  * unplug-delay instead of one per plug.
  */
-void
+uint64_t
 unplug_timer_arm (struct unplug_timer *t, uint64_t delay_ns)
 {
   uint64_t deadline = monotonic_ns () + delay_ns;
@@ -228,6 +228,7 @@ unplug_timer_arm (struct unplug_timer *t, uint64_t delay_ns)
     atomic_fetch_add_explicit (&t->loop_wakeups, 1, memory_order_relaxed);
     ev_async_send (t->service->loop, &t->wake);
   }
+  return deadline;
 }
 
 /* Lazy: the pending ev_timer fires later, finds no deadline and does

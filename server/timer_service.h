@@ -38,8 +38,11 @@ int timer_service_start (struct timer_service *);
 /* Stops and joins the loop thread; frees the service. */
 void timer_service_free (struct timer_service *);
 
-/* From any thread.  Arming an armed timer moves its deadline. */
-void unplug_timer_arm (struct unplug_timer *, uint64_t delay_ns);
+/* From any thread.  Arming an armed timer moves its deadline.  Returns
+ * the deadline (CLOCK_MONOTONIC ns), so the caller need not read the
+ * clock again.
+ */
+uint64_t unplug_timer_arm (struct unplug_timer *, uint64_t delay_ns);
 void unplug_timer_cancel (struct unplug_timer *);
 
 uint64_t monotonic_ns (void);
