@@ -57,6 +57,12 @@
 /* Batches a synchronous backend is given per hold of the queue lock. */
 #define SYNC_ROUND 32
 
+/* Steps a request thread takes before leaving the rest to the dispatch
+ * thread: enough for what its own unplug sent out, bounded so that a
+ * stream of arrivals cannot keep one client's answer waiting.
+ */
+#define STEPS_HERE 4
+
 /* Batches a request thread writes out when its write joins a queue that
  * is already running: each arrival pays for about its own share, so the
  * queue drains as fast as it fills without one thread doing it all.
@@ -137,8 +143,7 @@ queue_config_defaults (struct queue_config *c)
 }
 
 static void timer_fired (void *q);
-static bool run_queue_here (struct queue *q);
-static void help_run_queue (struct queue *q);
+static bool run_queue_here (struct queue *q, int steps, unsigned round);
 static void wait_or_work (struct queue *q);
 
 struct queue *
@@ -669,9 +674,9 @@ submit (struct queue *q, struct session *s, struct piece *p, unsigned flags)
     q->dispatched_waiters--;
   }
   else if (unplugged)
-    run_queue_here (q);
-  else
-    help_run_queue (q);
+    run_queue_here (q, STEPS_HERE, SYNC_ROUND);
+  else if (q->running)          /* joined a running queue: its share */
+    run_queue_here (q, 1, HELP_ROUND);
   if (wait && done.err)
     err = done.err;
   pthread_mutex_unlock (&q->lock);
@@ -1384,17 +1389,6 @@ dispatcher_needed (const struct queue *q)
     || (can_dispatch (q) && !should_replug (q));
 }
 
-/* Steps a request thread takes before leaving the rest to the dispatch
- * thread: enough for what its own unplug sent out, bounded so that a
- * stream of arrivals cannot keep one client's answer waiting.
- */
-#define STEPS_HERE 4
-
-/* Under the lock: one of the disk's dispatch tokens, if one is free.  A
- * synchronous backend's queue is run by request threads; an asynchronous
- * backend's submit costs no more than the wake-up, so its queue stays
- * with the dispatch thread.
- */
 /* While a flush waits or runs, more writers only compete with it for the
  * disk: a FUA stream on a page-cache file lost a quarter of its rate to
  * four holders.
@@ -1405,6 +1399,11 @@ token_limit (const struct queue *q)
   return q->flush.wanted || q->flush.running ? 1 : q->max_holders;
 }
 
+/* Under the lock: one of the disk's dispatch tokens, if one is free.  A
+ * synchronous backend's queue is run by request threads; an asynchronous
+ * backend's submit costs no more than the wake-up, so its queue stays
+ * with the dispatch thread.
+ */
 static bool
 take_token (struct queue *q)
 {
@@ -1427,36 +1426,27 @@ release_token (struct queue *q)
 }
 
 /* Under the lock: a request thread writes an unplugged queue out itself
- * when a token is free.  True when this thread did some of the work.
+ * when a token is free, up to `steps` steps of `round` batches.  True
+ * when this thread did some of the work.
  */
 static bool
-run_queue_here (struct queue *q)
+run_queue_here (struct queue *q, int steps, unsigned round)
 {
   bool worked = false;
 
   if (!take_token (q))
     return false;
-  for (int i = 0; i < STEPS_HERE && dispatch_step (q, SYNC_ROUND); i++)
+  for (int i = 0; i < steps && dispatch_step (q, round); i++)
     worked = true;
   release_token (q);
   return worked;
-}
-
-/* Under the lock: a write that joined a running queue takes its share. */
-static void
-help_run_queue (struct queue *q)
-{
-  if (q->running && take_token (q)) {
-    dispatch_step (q, HELP_ROUND);
-    release_token (q);
-  }
 }
 
 /* A request thread that must wait helps first, as long as it can. */
 static void
 wait_or_work (struct queue *q)
 {
-  if (!run_queue_here (q))
+  if (!run_queue_here (q, STEPS_HERE, SYNC_ROUND))
     pthread_cond_wait (&q->progress, &q->lock);
 }
 
