@@ -411,6 +411,11 @@ test_backend_new (uint64_t size)
   }
   tb->b = *tb->inner;
   tb->b.ops = &test_ops;
+  /* One writer at a time unless a test asks for more: the memory
+   * backend's own max_writers would make every "synchronous" case run
+   * with several dispatch tokens.
+   */
+  tb->b.max_writers = 1;
   if (asprintf (&tb->b.description, "test over %s",
                 tb->inner->description) == -1) {
     backend_close (tb->inner);
