@@ -1114,9 +1114,10 @@ test_dispatched_writer_behind_busy_backend (void)
   test_backend_release (r.d[0].tb, TB_PWRITEV);
   ok = ok && CHECK (test_thread_wait (&t0) && t0.result == 0);
   ok = ok && CHECK (test_thread_wait (&t1) && t1.result == 0);
-  test_rig_stop (&r);
+  test_backend_release_all (r.d[0].tb);
   test_thread_join (&t0);
   test_thread_join (&t1);
+  test_rig_stop (&r);
   tap_ok (ok, "ack=dispatched: a write queued behind a busy backend goes"
           " out when it is free, not after unplug-delay=60s%s", MODE);
 }
@@ -1686,9 +1687,10 @@ test_writers_in_parallel (void)
   ok = ok && CHECK (test_backend_holds (r.d[0].tb, 'a', 4 * KiB, 0)
                     && test_backend_holds (r.d[0].tb, 'b', 4 * KiB, MiB)
                     && test_backend_holds (r.d[0].tb, 'c', 4 * KiB, 2 * MiB));
-  test_rig_stop (&r);
+  test_backend_release_all (r.d[0].tb);
   test_thread_join (&t1);
   test_thread_join (&t2);
+  test_rig_stop (&r);
   tap_ok (ok, "max_writers=2: two request threads write at once, a third"
           " queues");
 }
