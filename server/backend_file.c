@@ -59,7 +59,7 @@ struct file_backend {
   uint32_t sector;              /* logical block size of a block device */
 
   /* Methods the kernel told us it lacks (EOPNOTSUPP) are not tried again.
-   * Atomic because a disk's dispatch may move between threads.
+   * Atomic because several token holders may zero at once.
    */
   atomic_bool can_punch;
   atomic_bool can_zero_range;
