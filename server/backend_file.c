@@ -241,15 +241,19 @@ file_pwritev (struct backend *b, const struct iovec *iov, int iovcnt,
 
 /* After a zeroing method failed with errno: 1 when the next method
  * should be tried (and, if the call is unsupported here, this one never
- * again), -1 for a real error.
+ * again), -1 for a real error.  mode: fallocate's, or -1.
  */
 static int
 zero_method_failed (struct file_backend *f, atomic_bool *can,
-                    const char *what)
+                    const char *what, int mode)
 {
   if (is_unsupported (errno)) {
     atomic_store_explicit (can, false, memory_order_relaxed);
-    log_debug ("%s: %s unsupported, not trying again", f->path, what);
+    if (mode >= 0)
+      log_debug ("%s: %s mode %#x unsupported, not trying again",
+                 f->path, what, (unsigned) mode);
+    else
+      log_debug ("%s: %s unsupported, not trying again", f->path, what);
     return 1;
   }
   /* Block devices refuse ranges not aligned to their sector. */
@@ -261,17 +265,11 @@ static int
 try_fallocate (struct file_backend *f, atomic_bool *can, int mode,
                uint64_t count, uint64_t offset)
 {
-  char what[32];
-  int err;
-
   if (!atomic_load_explicit (can, memory_order_relaxed))
     return 1;
   if (fallocate (f->fd, mode, (off_t) offset, (off_t) count) == 0)
     return 0;
-  err = errno;
-  snprintf (what, sizeof what, "fallocate mode %#x", (unsigned) mode);
-  errno = err;
-  return zero_method_failed (f, can, what);
+  return zero_method_failed (f, can, "fallocate", mode);
 }
 
 static int
@@ -285,7 +283,7 @@ try_zeroout (struct file_backend *f, uint64_t count, uint64_t offset)
     return 1;
   if (ioctl (f->fd, BLKZEROOUT, range) == 0)
     return 0;
-  return zero_method_failed (f, &f->can_zeroout, "BLKZEROOUT");
+  return zero_method_failed (f, &f->can_zeroout, "BLKZEROOUT", -1);
 }
 
 /* Without ZERO_RANGE but with punch hole (tmpfs, for one), a hole and
