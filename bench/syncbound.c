@@ -49,6 +49,16 @@ die (const char *what)
   exit (EXIT_FAILURE);
 }
 
+/* For calls that return their error instead of setting errno. */
+static void
+check (int err, const char *what)
+{
+  if (err != 0) {
+    errno = err;
+    die (what);
+  }
+}
+
 static int
 open_file (const char *dir, int i)
 {
@@ -61,8 +71,8 @@ open_file (const char *dir, int i)
     die (path);
   unlink (path);
   /* Allocated, so fdatasync writes data only, as on a served disk. */
-  if (posix_fallocate (fd, 0, (off_t) FILE_BLOCKS * BLOCK) != 0)
-    die ("posix_fallocate");
+  check (posix_fallocate (fd, 0, (off_t) FILE_BLOCKS * BLOCK),
+         "posix_fallocate");
   if (fsync (fd) == -1)
     die ("fsync");
   return fd;
@@ -132,8 +142,8 @@ parallel (const char *dir, int files, int writes, int reps)
       dirty (f[i].fd, writes, &seed);
     t = now_s ();
     for (int i = 0; i < files; i++)
-      if (pthread_create (&f[i].thread, NULL, flush_one, &f[i]) != 0)
-        die ("pthread_create");
+      check (pthread_create (&f[i].thread, NULL, flush_one, &f[i]),
+             "pthread_create");
     for (int i = 0; i < files; i++)
       pthread_join (f[i].thread, NULL);
     together[r] = now_s () - t;
@@ -181,8 +191,8 @@ fua (const char *dir, int threads, double seconds)
   t = now_s ();
   for (int i = 0; i < threads; i++) {
     l[i] = (struct fua_loop) { .fd = fd, .until = t + seconds, .seed = i + 1 };
-    if (pthread_create (&l[i].thread, NULL, fua_thread, &l[i]) != 0)
-      die ("pthread_create");
+    check (pthread_create (&l[i].thread, NULL, fua_thread, &l[i]),
+           "pthread_create");
   }
   for (int i = 0; i < threads; i++) {
     pthread_join (l[i].thread, NULL);

@@ -1,7 +1,6 @@
 /* plugq: queued pieces and their shared data buffers. */
 #include <config.h>
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
