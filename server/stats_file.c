@@ -409,23 +409,24 @@ stats_file_write_now (struct stats_file *sf)
   return r;
 }
 
-static void
-add_ns (struct timespec *ts, uint64_t ns)
+static struct timespec
+timespec_of (uint64_t ns)
 {
-  ns += ts->tv_nsec;
-  ts->tv_sec += ns / 1000000000;
-  ts->tv_nsec = ns % 1000000000;
+  return (struct timespec) { .tv_sec = ns / 1000000000,
+                             .tv_nsec = ns % 1000000000 };
 }
 
 static void *
 writer_thread (void *arg)
 {
   struct stats_file *sf = arg;
-  struct timespec next;
+  uint64_t next_ns = monotonic_ns ();
 
-  clock_gettime (CLOCK_MONOTONIC, &next);
   pthread_mutex_lock (&sf->lock);
   while (!sf->stopping) {
+    struct timespec next;
+    uint64_t now;
+
     pthread_mutex_unlock (&sf->lock);
     stats_file_write_now (sf);
     pthread_mutex_lock (&sf->lock);
@@ -433,12 +434,11 @@ writer_thread (void *arg)
     /* Fixed ticks from the start, so writes do not drift; after a long
      * stall, start counting again from now.
      */
-    add_ns (&next, sf->interval_ns);
-    if ((uint64_t) next.tv_sec * 1000000000 + next.tv_nsec
-        < monotonic_ns ()) {
-      clock_gettime (CLOCK_MONOTONIC, &next);
-      add_ns (&next, sf->interval_ns);
-    }
+    next_ns += sf->interval_ns;
+    now = monotonic_ns ();
+    if (next_ns < now)
+      next_ns = now + sf->interval_ns;
+    next = timespec_of (next_ns);
     while (!sf->stopping
            && pthread_cond_timedwait (&sf->wake, &sf->lock, &next) == 0)
       ;
