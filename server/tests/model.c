@@ -940,13 +940,14 @@ shim_enter (struct shim *s, const char *what, uint64_t count,
             uint64_t offset)
 {
   unsigned limit = shim_max_writers (s);
+  int running = atomic_fetch_add (&s->writers, 1);
   int slot = -1;
 
-  if (atomic_fetch_add (&s->writers, 1) >= (int) limit)
-    shim_fault (s, "backend %s with %u backend calls already running"
-                " (max_writers %u)", what, limit, limit);
-  if (what[0] == 'f')
-    return -1;
+  if (running >= (int) limit)
+    shim_fault (s, "backend %s with %d backend calls already running"
+                " (max_writers %u)", what, running, limit);
+  if (count == 0)
+    return -1;                  /* a flush: no range to keep apart */
   pthread_mutex_lock (&s->lock);
   check_no_overlap (s, s->running, limit, offset, count);
   for (unsigned i = 0; i < limit && slot == -1; i++)
