@@ -63,6 +63,15 @@ build "$out/gcc" CC=gcc && run_check "$out/gcc"
 stage "clang -Werror build"
 build "$out/clang" CC=clang && echo "clang build: no warnings"
 
+stage "bench programs: gcc and clang -Werror"
+mkdir -p "$out"
+if make -C "$top/bench" warnings >"$out/bench-warnings.log" 2>&1; then
+  echo "bench programs: no warnings"
+else
+  cat "$out/bench-warnings.log"; echo "bench programs failed to build"
+  failed=$((failed + 1)); status=1
+fi
+
 stage "AddressSanitizer + UBSan: unit, model and client tests"
 # The plugin runs inside an uninstrumented nbdkit with the sanitizer
 # runtime preloaded (scripts/nbdkit-sanitized); its reports land in files
