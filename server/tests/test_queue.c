@@ -366,6 +366,7 @@ test_group_commit (void)
 
 struct full_writer {
   struct queue *q;
+  bool zeroes;                  /* CHUNKS zeroes a CHUNK apart, not writes */
   _Atomic unsigned done;
 };
 
@@ -375,28 +376,31 @@ full_writer_run (void *arg)
   struct full_writer *w = arg;
 
   for (unsigned i = 0; i < CHUNKS; i++) {
-    if (test_write_fill (w->q, NULL, 'A' + i, CHUNK, i * CHUNK, 0) == -1)
+    int r = w->zeroes ? queue_zero (w->q, NULL, CHUNK, i * 2 * CHUNK, 0)
+      : test_write_fill (w->q, NULL, 'A' + i, CHUNK, i * CHUNK, 0);
+
+    if (r == -1)
       return -1;
     atomic_store (&w->done, i + 1);
   }
   return 0;
 }
 
-/* The writer fn, on its own thread against disk d whose backend holds
+/* The writer w, on its own thread against disk d whose backend holds
  * every operation of kind op, must end up waiting for room in the queue
  * before it is done; once the backend moves it finishes, and a flush
  * writes everything out.
  */
 static bool
 writer_waits_for_room (struct test_disk *d, enum tb_op op,
-                       int (*fn) (void *), struct full_writer *w)
+                       struct full_writer *w)
 {
   struct test_thread t = TEST_THREAD_INIT;
   bool ok;
 
   w->q = d->q;
   test_backend_block (d->tb, op);
-  ok = CHECK (test_thread_start (&t, fn, w) == 0);
+  ok = CHECK (test_thread_start (&t, full_writer_run, w) == 0);
   ok = ok && CHECK (test_backend_wait_entered (d->tb, op, 1));
   ok = ok && CHECK (TEST_WAIT_FOR (test_stats (d->q).full_waits >= 1));
   if (ok) {
@@ -429,7 +433,7 @@ test_full_queue (void)
 
   cfg.queue_bytes = 4 * CHUNK;
   ok = CHECK (rig_one (&r, &cfg, DISK_SIZE))
-    && writer_waits_for_room (&r.d[0], TB_PWRITEV, full_writer_run, &w);
+    && writer_waits_for_room (&r.d[0], TB_PWRITEV, &w);
   ok = ok && CHECK (test_stats (r.d[0].q).op[OP_WRITE].requests == CHUNKS);
   for (unsigned i = 0; ok && i < CHUNKS; i++)
     ok &= CHECK (test_backend_holds (r.d[0].tb, 'A' + i, CHUNK, i * CHUNK));
@@ -441,24 +445,11 @@ test_full_queue (void)
 /* queue-requests reached: zeroes hold no data for queue-bytes to count,
  * so the number of queued pieces bounds them, and the writer waits.
  */
-static int
-zero_writer_run (void *arg)
-{
-  struct full_writer *w = arg;
-
-  for (unsigned i = 0; i < CHUNKS; i++) {
-    if (queue_zero (w->q, NULL, CHUNK, i * 2 * CHUNK, 0) == -1)
-      return -1;
-    atomic_store (&w->done, i + 1);
-  }
-  return 0;
-}
-
 static void
 test_queue_requests (void)
 {
   struct queue_config cfg = test_config (HOUR, 1000);
-  struct full_writer w = { .done = 0 };
+  struct full_writer w = { .zeroes = true };
   struct test_rig r;
   bool ok;
 
@@ -469,7 +460,7 @@ test_queue_requests (void)
     ok = CHECK (test_write_fill (r.d[0].q, NULL, 'x', CHUNK, i * 2 * CHUNK,
                                  0) == 0);
   ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0)
-    && writer_waits_for_room (&r.d[0], TB_ZERO, zero_writer_run, &w);
+    && writer_waits_for_room (&r.d[0], TB_ZERO, &w);
   for (unsigned i = 0; ok && i < CHUNKS; i++)
     ok &= CHECK (test_backend_holds (r.d[0].tb, 0, CHUNK, i * 2 * CHUNK));
   test_rig_stop (&r);
