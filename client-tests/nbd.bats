@@ -193,17 +193,26 @@ with open(sys.argv[1], "wb") as f:
 EOF
 }
 
+# eval_file_remote FILE CAN_FLUSH CAN_TRIM: sets EVAL_REMOTE to the
+# arguments of an eval-plugin remote over FILE, where CAN_FLUSH and
+# CAN_TRIM (0 yes, 3 no) are the only differences: no nbdkit filter takes
+# FLUSH or TRIM away.  Trim is advisory, so doing nothing is a real one.
+eval_file_remote() {
+  local f=$1
+  EVAL_REMOTE=(eval get_size="stat -c %s $f"
+    pread="dd if=$f iflag=skip_bytes,count_bytes skip=\$4 count=\$3 status=none"
+    pwrite="dd of=$f oflag=seek_bytes conv=notrunc seek=\$4 status=none"
+    can_write='exit 0' can_flush="exit $2" flush="sync $f"
+    can_trim="exit $3" trim='exit 0')
+}
+
 # A remote that cannot trim (nor report extents; nbdkit emulates zero
-# with writes): nbdkit's eval plugin over FILE with no trim method, under
+# with writes): nbdkit's eval plugin over FILE that cannot trim, under
 # the log filter.
 # start_notrim_remote NAME FILE LOGFILE
 start_notrim_remote() {
-  local name=$1 f=$2
-  start_remote "$name" --filter=log eval logfile="$3" \
-    get_size="stat -c %s $f" \
-    pread="dd if=$f iflag=skip_bytes,count_bytes skip=\$4 count=\$3 status=none" \
-    pwrite="dd of=$f oflag=seek_bytes conv=notrunc seek=\$4 status=none" \
-    can_write='exit 0' can_flush='exit 0' flush="sync $f" can_trim='exit 3'
+  eval_file_remote "$2" 0 3
+  start_remote "$1" --filter=log "${EVAL_REMOTE[@]}" logfile="$3"
 }
 
 # ---------------------------------------------------------------- data path
@@ -731,18 +740,6 @@ start_store() {
   STORE=socket=$(rsock store)
 }
 
-# eval_file_remote FILE CAN_FLUSH CAN_TRIM: sets EVAL_REMOTE to the
-# arguments of an eval-plugin remote over FILE, where CAN_FLUSH and
-# CAN_TRIM (0 yes, 3 no) are the only differences: no nbdkit filter takes
-# FLUSH or TRIM away.  Trim is advisory, so doing nothing is a real one.
-eval_file_remote() {
-  local f=$1
-  EVAL_REMOTE=(eval get_size="stat -c %s $f"
-    pread="dd if=$f iflag=skip_bytes,count_bytes skip=\$4 count=\$3 status=none"
-    pwrite="dd of=$f oflag=seek_bytes conv=notrunc seek=\$4 status=none"
-    can_write='exit 0' can_flush="exit $2" flush="sync $f"
-    can_trim="exit $3" trim='exit 0')
-}
 
 # refused_then_back WHAT GOOD-ARGS... -- WEAK-ARGS...: plugq with
 # reconnect=50ms serves the remote r (nbdkit GOOD-ARGS), data is written
