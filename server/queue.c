@@ -513,8 +513,6 @@ latch_error (struct queue *q, int errnum)
   q->error.seen = false;
   q->error.sessions_then = session_generation ();
   q->stats.latched_errors++;
-  log_error ("%s: write-back failed: %s (reported on the next flush)",
-             q->name, strerror (errnum));
 }
 
 /* The latched error this session has not been told about, or 0. */
@@ -553,14 +551,14 @@ flush_start_locked (struct queue *q)
 static int
 flush_wait_locked (struct queue *q, struct session *s, uint64_t ticket)
 {
-  int err;
+  int err, latched;
 
   while (q->flush.done_epoch < ticket)
     wait_or_work (q);
   err = q->flush.failed_epoch >= ticket ? q->flush.failed_errno : 0;
-  if (err == 0)
-    err = take_latched_error (q, s);
-  return err;
+  /* Taken even when the flush failed: that answer tells this session. */
+  latched = take_latched_error (q, s);
+  return err ? err : latched;
 }
 
 uint64_t
@@ -1186,6 +1184,8 @@ batch_complete (struct queue *q, struct batch *b, int err)
       p->waiter->err = err;
     else if (err && !p->waiter && !latched) {
       latch_error (q, err);     /* nobody left to tell but a flush */
+      log_error ("%s: write-back failed: %s (reported on the next flush)",
+                 q->name, strerror (err));
       latched = true;
     }
     if (p->waiter)
@@ -1335,10 +1335,17 @@ backend_flush_locked (struct queue *q)
   pthread_mutex_lock (&q->lock);
   q->flush.running = false;
   q->stats.backend_flushes++;
+  /* The answered writes it carried may be lost (a page cache drops a
+   * page it could not write back, and reports that once): every
+   * session with writes before it must hear of it, not only the
+   * requests waiting on this flush.
+   */
   if (err) {
     q->flush.failed_epoch = epoch;
     q->flush.failed_errno = err;
-    log_error ("%s: backend flush failed: %s", q->name, strerror (err));
+    latch_error (q, err);
+    log_error ("%s: backend flush failed: %s (reported on each"
+               " connection's next flush)", q->name, strerror (err));
   }
   q->flush.done_epoch = epoch;
   pthread_cond_broadcast (&q->progress);

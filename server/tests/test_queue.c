@@ -1165,6 +1165,51 @@ test_flush_failure (void)
   tap_ok (ok, "a failed backend flush fails the FLUSH waiting on it%s", MODE);
 }
 
+/* A failed backend flush is a write-back error of every answered write
+ * it carried (fdatasync reports a lost page once): the other sessions
+ * with writes before it hear of it on their next FLUSH or FUA, and the
+ * session it already failed is not told twice.
+ */
+static void
+test_flush_failure_reaches_other_sessions (void)
+{
+  struct queue_config cfg = test_config (HOUR, 1000);
+  struct session *a = NULL, *b = NULL, *c = NULL;
+  struct test_rig r;
+  int ra = 0, ea = 0, rb = 0, eb = 0, rc = 0, ec = 0, ra2 = -1, rb2 = -1;
+  bool ok;
+
+  ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
+  ok = ok && CHECK ((a = session_new ()) && (b = session_new ())
+                    && (c = session_new ()));
+  ok = ok && CHECK (test_write_fill (r.d[0].q, a, 'a', 4 * KiB, 0, 0) == 0);
+  ok = ok && CHECK (test_write_fill (r.d[0].q, b, 'b', 4 * KiB, MiB, 0) == 0);
+  if (ok) {
+    test_backend_fail (r.d[0].tb, TB_FLUSH, 1, EIO);
+    ra = queue_flush (r.d[0].q, a);
+    ea = errno;
+    ra2 = queue_flush (r.d[0].q, a);
+    rb = queue_flush (r.d[0].q, b);
+    eb = errno;
+    rb2 = queue_flush (r.d[0].q, b);
+    rc = test_write_fill (r.d[0].q, c, 'c', 4 * KiB, 2 * MiB, REQ_FUA);
+    ec = errno;
+  }
+  tap_ok (ok && ra == -1 && ea == EIO && ra2 == 0,
+          "failed backend flush: its FLUSH gets EIO, the next one 0"
+          " (got %s, then %d)%s", outcome (ra, ea), ra2, MODE);
+  tap_ok (ok && rb == -1 && eb == EIO && rb2 == 0,
+          "failed backend flush: another session's next FLUSH gets EIO once"
+          " (got %s, then %d)%s", outcome (rb, eb), rb2, MODE);
+  tap_ok (ok && rc == -1 && ec == EIO,
+          "failed backend flush: a session open then hears of it on its"
+          " next FUA (got %s)%s", outcome (rc, ec), MODE);
+  test_rig_stop (&r);
+  session_free (a);
+  session_free (b);
+  session_free (c);
+}
+
 /* ------------------------------------------------------------ refusals */
 
 static void
@@ -1782,6 +1827,7 @@ static void (*const every_mode[]) (void) = {
   test_dispatched_writer_behind_busy_backend,
   test_error_fua,
   test_flush_failure,
+  test_flush_failure_reaches_other_sessions,
   test_slow_disk_isolation,
 };
 
