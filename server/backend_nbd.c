@@ -764,7 +764,7 @@ remote_start (struct backend *b)
 {
   struct nbd_backend *nb = to_nbd (b);
 
-  nb->loop = ev_loop_new (EVFLAG_AUTO | EVFLAG_NOSIGMASK);
+  nb->loop = engine_loop_new ();
   if (nb->loop == NULL) {
     log_error ("%s: cannot create its event loop", nb->uri);
     return -1;

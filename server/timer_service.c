@@ -106,14 +106,7 @@ timer_service_new (void)
 
   if (ts == NULL)
     return NULL;
-  /* No signal mask games and no SIGCHLD handler inside nbdkit.  The
-   * select backend, because epoll and poll sleep in whole milliseconds
-   * and an unplug deadline is often shorter; the loop watches one
-   * descriptor (libev's async wake-up), so select costs nothing here.
-   */
-  ts->loop = ev_loop_new (EVBACKEND_SELECT | EVFLAG_NOSIGMASK);
-  if (ts->loop == NULL)
-    ts->loop = ev_loop_new (EVFLAG_AUTO | EVFLAG_NOSIGMASK);
+  ts->loop = engine_loop_new ();
   if (ts->loop == NULL) {
     log_error ("cannot create the libev loop for unplug timers");
     free (ts);
@@ -183,6 +176,23 @@ engine_thread_create (pthread_t *thread, void *(*fn) (void *), void *arg)
     return -1;
   }
   return 0;
+}
+
+/* No signal mask games and no SIGCHLD handler inside nbdkit.  The
+ * select backend, for two reasons:
+ * - epoll and poll sleep in whole milliseconds, and an unplug deadline
+ *   is often shorter;
+ * - when a watched descriptor is closed under them, epoll_ctl fails
+ *   with EBADF and poll returns POLLNVAL, and libev asserts on both:
+ *   nbdkit aborted when a remote's socket died in a request thread.
+ *   libev recovers from select's EBADF by failing that watcher with
+ *   EV_ERROR.
+ * Each loop watches one or two descriptors, so select costs nothing.
+ */
+struct ev_loop *
+engine_loop_new (void)
+{
+  return ev_loop_new (EVBACKEND_SELECT | EVFLAG_NOSIGMASK);
 }
 
 int

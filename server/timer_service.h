@@ -53,4 +53,10 @@ uint64_t monotonic_ns (void);
 #include <pthread.h>
 int engine_thread_create (pthread_t *, void *(*fn) (void *), void *arg);
 
+/* A libev loop for an engine thread, or NULL.  It must survive a
+ * watched descriptor closed under it by another thread (libnbd closes
+ * a dead connection's socket in whichever thread meets the error).
+ */
+struct ev_loop *engine_loop_new (void);
+
 #endif /* PLUGQ_TIMER_SERVICE_H */

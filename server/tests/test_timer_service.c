@@ -15,7 +15,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "tap.h"
 #include "timer_service.h"
@@ -196,6 +198,46 @@ test_cycles_save_wakeups (void)
           " times", cycles, wakeups);
 }
 
+static void
+closed_fd_cb (struct ev_loop *loop, ev_io *w, int revents)
+{
+  *(int *) w->data = revents;
+  ev_io_stop (loop, w);
+}
+
+/* The remote backend's loop watches libnbd's socket, which libnbd closes
+ * in whatever thread finds the connection dead, possibly between the
+ * loop thread changing its watcher and libev applying the change.  With
+ * epoll that aborted nbdkit inside libev; the watcher must fail instead.
+ */
+static void
+test_loop_survives_closed_fd (void)
+{
+  struct ev_loop *loop = engine_loop_new ();
+  int sv[2] = { -1, -1 }, revents = 0;
+  bool ok = loop != NULL && socketpair (AF_UNIX, SOCK_STREAM, 0, sv) == 0;
+  ev_io io;
+
+  if (ok) {
+    ev_io_init (&io, closed_fd_cb, sv[0], EV_READ);
+    io.data = &revents;
+    ev_io_start (loop, &io);
+    ev_run (loop, EVRUN_NOWAIT);
+    ev_io_stop (loop, &io);
+    ev_io_set (&io, sv[0], EV_READ | EV_WRITE);
+    ev_io_start (loop, &io);
+    close (sv[0]);
+    ev_run (loop, EVRUN_NOWAIT);
+    ok = (revents & EV_ERROR) && !ev_is_active (&io);
+  }
+  tap_ok (ok, "an engine loop fails a watcher whose descriptor another"
+          " thread closed (revents %#x), and carries on", revents);
+  if (sv[1] >= 0)
+    close (sv[1]);
+  if (loop)
+    ev_loop_destroy (loop);
+}
+
 int
 main (void)
 {
@@ -204,6 +246,7 @@ main (void)
   test_moved_earlier ();
   test_cancel ();
   test_cycles_save_wakeups ();
+  test_loop_survives_closed_fd ();
   tap_plan (tap_count);
   return tap_done ();
 }
