@@ -143,6 +143,7 @@ queue_config_defaults (struct queue_config *c)
 }
 
 static void timer_fired (void *q);
+static bool batch_reserve (struct queue *q);
 static bool run_queue_here (struct queue *q, int steps, unsigned round);
 static void wait_or_work (struct queue *q);
 
@@ -152,7 +153,9 @@ queue_new (const char *name, struct backend *backend,
 {
   struct queue *q = calloc (1, sizeof *q);
 
-  if (q == NULL || (q->name = strdup (name)) == NULL) {
+  if (q == NULL || (q->name = strdup (name)) == NULL || !batch_reserve (q)) {
+    if (q)
+      free (q->name);
     free (q);
     return NULL;
   }
@@ -953,7 +956,8 @@ struct batch {
   enum op_kind kind;
   bool may_trim;
   uint64_t issued_ns;
-  struct iovec *iov;
+  struct iovec *iov;             /* room for every piece */
+  uint32_t iov_room;
   struct iovec inline_iov[BATCH_INLINE_IOV];
   struct backend_io io;
 };
@@ -1033,6 +1037,43 @@ batch_release (struct queue *q, struct batch *b)
   q->spare_batches = b;
 }
 
+/* Batches are never freed before the queue, so with one made here there
+ * is always one to take when nothing is in flight: running out of
+ * memory can slow a queue down but never stall it.
+ */
+static bool
+batch_reserve (struct queue *q)
+{
+  struct batch *b = malloc (sizeof *b);
+
+  if (b == NULL)
+    return false;
+  b->iov = b->inline_iov;
+  batch_release (q, b);
+  return true;
+}
+
+/* Under the lock, before a batch takes one more piece: its vector is
+ * grown here, where running out of memory only ends the merge, and not
+ * once the pieces are taken, where it would fail answered writes.
+ */
+static bool
+batch_has_room (struct batch *b)
+{
+  struct iovec *iov;
+  uint32_t room = b->iov_room < 64 ? 64 : b->iov_room * 2;
+
+  if (b->kind != OP_WRITE || b->nr_pieces < b->iov_room)
+    return true;
+  iov = b->iov == b->inline_iov ? malloc (room * sizeof *iov)
+    : realloc (b->iov, room * sizeof *iov);
+  if (iov == NULL)
+    return false;
+  b->iov = iov;
+  b->iov_room = room;
+  return true;
+}
+
 /* Under the lock: the elevator's next run of pieces, or NULL when what it
  * would start with has to wait for an operation in flight.
  */
@@ -1050,7 +1091,9 @@ batch_take (struct queue *q)
     p = oldest_dispatchable (q);
   if (p == NULL || (b = batch_alloc (q)) == NULL)
     return NULL;
-  *b = (struct batch) { .q = q, .iov = b->inline_iov };
+  *b = (struct batch) {
+    .q = q, .iov = b->inline_iov, .iov_room = BATCH_INLINE_IOV,
+  };
   b->offset = p->offset;
   b->kind = p->kind;
   b->may_trim = p->may_trim;
@@ -1061,7 +1104,7 @@ batch_take (struct queue *q)
     batch_add (q, b, p, now);
     if (next == NULL || b->nr_pieces >= limit
         || b->bytes + next->length > q->merge_limit
-        || overlaps_in_flight (q, next))
+        || overlaps_in_flight (q, next) || !batch_has_room (b))
       break;
     p = next;
   }
@@ -1105,7 +1148,7 @@ batch_requests (const struct batch *b)
 }
 
 /* Unlocked: describe the batch as one backend operation. */
-static int
+static void
 batch_prepare (struct batch *b)
 {
   static const enum backend_io_kind kinds[] = {
@@ -1124,12 +1167,7 @@ batch_prepare (struct batch *b)
     .may_trim = b->may_trim,
   };
   if (b->kind != OP_WRITE)
-    return 0;
-  if (b->nr_pieces > BATCH_INLINE_IOV
-      && (b->iov = malloc (b->nr_pieces * sizeof *b->iov)) == NULL) {
-    b->iov = b->inline_iov;
-    return -1;
-  }
+    return;
   TAILQ_FOREACH (p, &b->pieces, batch) {
     b->iov[i].iov_base = p->buf->data + p->buf_offset;
     b->iov[i].iov_len = p->length;
@@ -1137,7 +1175,6 @@ batch_prepare (struct batch *b)
   }
   b->io.iov = b->iov;
   b->io.iovcnt = i;
-  return 0;
 }
 
 static int
@@ -1225,12 +1262,11 @@ batch_submit (struct queue *q, struct batch *b)
 
   pthread_mutex_unlock (&q->lock);
   b->issued_ns = monotonic_ns ();
-  if (batch_prepare (b) == 0) {
-    b->io.done = batch_done;
-    if (be->ops->submit (be, &b->io) == 0) {
-      pthread_mutex_lock (&q->lock);
-      return;                   /* batch_done completes it */
-    }
+  batch_prepare (b);
+  b->io.done = batch_done;
+  if (be->ops->submit (be, &b->io) == 0) {
+    pthread_mutex_lock (&q->lock);
+    return;                     /* batch_done completes it */
   }
   /* Not submitted: complete it here as the backend would have. */
   batch_done (&b->io, errno ? errno : EIO);
@@ -1289,9 +1325,8 @@ dispatch_round (struct queue *q, struct batch *first, unsigned limit)
   for (unsigned i = 0; i < n; i++) {
     round[i]->issued_ns = monotonic_ns ();
     err[i] = 0;
-    if (batch_prepare (round[i]) == -1)
-      err[i] = ENOMEM;
-    else if (batch_run_sync (q->backend, &round[i]->io) == -1)
+    batch_prepare (round[i]);
+    if (batch_run_sync (q->backend, &round[i]->io) == -1)
       err[i] = errno ? errno : EIO;
   }
   pthread_mutex_lock (&q->lock);

@@ -1210,6 +1210,75 @@ test_flush_failure_reaches_other_sessions (void)
   session_free (c);
 }
 
+/* malloc is wrapped in this program (Makefile.am: --wrap=malloc) so a
+ * case can make it fail in every thread, as when the machine is out of
+ * memory: the rig's dispatch thread must not rescue the request thread.
+ */
+void *__real_malloc (size_t);
+void *__wrap_malloc (size_t);
+static atomic_bool malloc_fails;
+
+void *
+__wrap_malloc (size_t size)
+{
+  if (malloc_fails) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return __real_malloc (size);
+}
+
+static int
+flush_without_memory_run (void *arg)
+{
+  int r;
+
+  malloc_fails = true;
+  r = flush_job_run (arg);
+  malloc_fails = false;
+  return r;
+}
+
+/* Out of memory while writing the queue out (a batch, a merged write's
+ * vector) costs merging, never answered data and never progress: the
+ * FLUSH writes everything and succeeds.
+ */
+static void
+test_dispatch_without_memory (void)
+{
+  struct queue_config cfg = test_config (HOUR, 1000);
+  struct flush_job f;
+  struct test_thread t = TEST_THREAD_INIT;
+  struct test_rig r;
+  int result = -1;
+  bool ok, returned = false;
+
+  ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
+  f = (struct flush_job) { .q = r.d[0].q };
+  for (int i = 0; ok && i < 8; i++)
+    ok = CHECK (test_write_fill (r.d[0].q, NULL, 'a' + i, 4 * KiB,
+                                  i * 4 * KiB, 0) == 0);
+  if (ok) {
+    returned = run_bounded (&t, flush_without_memory_run, &f, &result);
+    malloc_fails = false;
+    if (!returned)              /* an arrival gets a stalled queue going */
+      ok = CHECK (test_write_fill (r.d[0].q, NULL, 'z', 4 * KiB, MiB,
+                                    0) == 0);
+  }
+  test_thread_join (&t);
+  for (int i = 0; ok && i < 8; i++)
+    ok = CHECK (test_backend_holds (r.d[0].tb, 'a' + i, 4 * KiB,
+                                    i * 4 * KiB));
+  /* Only a batch's inline vector was left: two writes of four. */
+  ok = ok && CHECK (test_backend_count (r.d[0].tb, TB_PWRITEV) == 2);
+  test_rig_stop (&r);
+  tap_ok (ok && returned && result == 0,
+          "out of memory in the dispatch path: a FLUSH still writes 8"
+          " adjacent writes out, unmerged past 4, and succeeds (%s, %d)%s",
+          returned ? "returned" : "stalled until the next arrival", result,
+          MODE);
+}
+
 /* ------------------------------------------------------------ refusals */
 
 static void
@@ -1828,6 +1897,7 @@ static void (*const every_mode[]) (void) = {
   test_error_fua,
   test_flush_failure,
   test_flush_failure_reaches_other_sessions,
+  test_dispatch_without_memory,
   test_slow_disk_isolation,
 };
 
