@@ -745,9 +745,10 @@ start_store() {
 # reconnect=50ms serves the remote r (nbdkit GOOD-ARGS), data is written
 # through it, and r is killed.  Then nbdkit WEAK-ARGS comes up on r's
 # socket, offering less than GOOD-ARGS: plugq must not use it, and say
-# "came back WHAT; not using it" (and nothing else) while reads still
-# fail.  Last GOOD-ARGS comes back: plugq reconnects and serves the data
-# written before the loss, and takes new writes and zeroes.
+# "came back WHAT; not using it" once, however often it dials (and
+# nothing else), while reads still fail.  Last GOOD-ARGS comes back: plugq
+# reconnects and serves the data written before the loss, and takes new
+# writes and zeroes.
 refused_then_back() {
   local what=$1 a good=()
   shift
@@ -759,11 +760,11 @@ refused_then_back() {
   start_remote r "${good[@]}"
   start_plugq disk=r nbd="$(ruri r)" reconnect=50ms
   timeout 60 "$PYTHON" - "$(rsock r)" "$(rpid r)" "$PLUGQ_LOG" "$what" \
-    "${good[@]}" -- "$@" <<'EOF'
+    "$T/weak.log" "${good[@]}" -- "$@" <<'EOF'
 import sys, nbd
 from nbdremote import *
-SOCK, PIDF, PLOG, WHAT = sys.argv[1:5]
-rest = sys.argv[5:]
+SOCK, PIDF, PLOG, WHAT, WEAK_LOG = sys.argv[1:6]
+rest = sys.argv[6:]
 GOOD, WEAK = rest[:rest.index("--")], rest[rest.index("--") + 1:]
 
 def log_lines(word):
@@ -782,18 +783,25 @@ expect_read(h, 256 * KiB, zeroed, "zeroed range before the loss")
 kill_remote(PIDF)
 expect_error("read while the remote is gone", "EIO", h.pread, 4096, 0)
 
-start_remote(SOCK, PIDF, *WEAK)
+# The log filter, outermost, records each of plugq's dials.
+start_remote(SOCK, PIDF, "--filter=log", *WEAK, "logfile=" + WEAK_LOG)
 want = "came back %s; not using it" % WHAT
-def refused():
+def dials():
+    with open(WEAK_LOG) as f:
+        return sum(" Connect " in l for l in f)
+def refused_twice():
     taken = log_lines("reconnected")
     assert not taken, "plugq took the remote that came back %s: %s" % (WHAT, taken)
-    return log_lines("not using it")
-poll(refused, 10, "plugq's log refusing the remote that came back %s" % WHAT)
+    return log_lines("not using it") and dials() >= 2
+poll(refused_twice, 10,
+     "plugq refusing, and dialling twice, the remote that came back %s" % WHAT)
 expect_error("read while only the weaker remote is there", "EIO", h.pread, 4096, 0)
 refusals = log_lines("not using it")
 wrong = [l for l in refusals if want not in l or SOCK not in l]
 assert not wrong, "plugq refused the remote (%s) for another reason than %r: %s" \
     % (" ".join(WEAK), want, wrong)
+assert len(refusals) == 1, "plugq dialled the weaker remote %d times and said so %d" \
+    " times, not once: %s" % (dials(), len(refusals), refusals)
 assert not log_lines("reconnected"), \
     "plugq took the remote that came back %s: %s" % (WHAT, log_lines("reconnected"))
 kill_remote(PIDF)

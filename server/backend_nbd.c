@@ -66,6 +66,7 @@ struct nbd_backend {
   struct nbd_handle *h;
   bool connected;
   bool lost;                    /* loop thread: loss handled, redialling */
+  const char *refused;          /* loop thread: why, logged once per loss */
 
   struct ev_loop *loop;
   ev_io io;
@@ -663,6 +664,7 @@ check_lost (struct nbd_backend *nb)
   if (!lost)
     return;
   nb->lost = true;
+  nb->refused = NULL;           /* a new loss: say it again */
   ev_io_stop (nb->loop, &nb->io);
   log_error ("%s: connection lost%s", nb->uri,
              nb->reconnect_ns ? ", reconnecting" : "");
@@ -726,8 +728,13 @@ retry_cb (struct ev_loop *loop, ev_timer *w, int revents)
   struct nbd_handle *h = dial (nb, true), *old;
   const char *lost;
 
+  /* A weaker remote is dialled on every backoff step, for as long as it
+   * stays; one line says so, and another only if the reason changes.
+   */
   if (h && (lost = capabilities_still_met (nb, h)) != NULL) {
-    log_error ("%s: came back %s; not using it", nb->uri, lost);
+    if (lost != nb->refused)
+      log_error ("%s: came back %s; not using it", nb->uri, lost);
+    nb->refused = lost;
     nbd_close (h);
     h = NULL;
   }
