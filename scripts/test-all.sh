@@ -56,7 +56,6 @@ unit_tests=$(sed -n '/^unit_tests = /,/^[^[:space:]]/{s/^[[:space:]]*\(server\/t
 # Every client suite but the kernel guest (one run of it is enough).
 asan_client_tests=$(cd "$top" && ls client-tests/*.bats | grep -v kernel.bats | tr '\n' ' ')
 
-
 stage "gcc -Werror: unit, model and client tests"
 build "$out/gcc" CC=gcc && run_check "$out/gcc"
 

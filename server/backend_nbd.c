@@ -702,7 +702,7 @@ stop_cb (struct ev_loop *loop, ev_async *w, int revents)
   ev_break (loop, EVBREAK_ALL);
 }
 
-/* A fresh connection; retry_cb checks it before using it. */
+/* A fresh connection; its callers check it before using it. */
 static struct nbd_handle *
 dial (struct nbd_backend *nb, bool quiet)
 {
