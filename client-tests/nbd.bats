@@ -101,6 +101,12 @@ def _gone(pid):
         return True
 
 
+def log_lines(path, word):
+    """The lines of the log at path that contain word."""
+    with open(path) as f:
+        return [l.rstrip("\n") for l in f if word in l]
+
+
 def kill_remote(pidfile, sig=signal.SIGKILL):
     """Kills the remote nbdkit of pidfile and waits (bounded) until it is
     gone; removes the pid file."""
@@ -695,7 +701,7 @@ try:
 
     # A remote of another size on that socket is not taken.
     start_remote(SOCK, PIDF, "file", T + "/r2.img")
-    poll(lambda: "different size" in open(PLOG).read(), 10,
+    poll(lambda: log_lines(PLOG, "different size"), 10,
          "plugq redialling: its log saying the 2M remote on the socket has a different size")
     expect_error("read while only a wrong-size remote is there", "EIO", h.pread, 4096, 8192,
                  problems=P)
@@ -720,7 +726,7 @@ try:
     expect_file(T + "/r2.img", 64 * KiB, pattern(2, 2 * MiB)[64 * KiB:68 * KiB],
                 "wrong-size remote (must be untouched)")
     expect_read(h, 8192, pattern(3, MiB)[8192:12288], "read from the new remote")
-    assert "reconnected" in open(PLOG).read(), "plugq's log does not say it reconnected"
+    assert log_lines(PLOG, "reconnected"), "plugq's log does not say it reconnected"
 except AssertionError as e:
     P.append(str(e))
 check_problems(P)
@@ -767,10 +773,6 @@ SOCK, PIDF, PLOG, WHAT, WEAK_LOG = sys.argv[1:6]
 rest = sys.argv[6:]
 GOOD, WEAK = rest[:rest.index("--")], rest[rest.index("--") + 1:]
 
-def log_lines(word):
-    with open(PLOG) as f:
-        return [l.rstrip("\n") for l in f if word in l]
-
 x = pattern(30, 64 * KiB)
 zeroed = fill(0xff, 16 * KiB) + fill(0, 32 * KiB) + fill(0xff, 16 * KiB)
 h = connect("r")
@@ -789,21 +791,22 @@ want = "came back %s; not using it" % WHAT
 def dials():
     with open(WEAK_LOG) as f:
         return sum(" Connect " in l for l in f)
-def refused_twice():
-    taken = log_lines("reconnected")
+def took_it():
+    taken = log_lines(PLOG, "reconnected")
     assert not taken, "plugq took the remote that came back %s: %s" % (WHAT, taken)
-    return log_lines("not using it") and dials() >= 2
+def refused_twice():
+    took_it()
+    return log_lines(PLOG, "not using it") and dials() >= 2
 poll(refused_twice, 10,
      "plugq refusing, and dialling twice, the remote that came back %s" % WHAT)
 expect_error("read while only the weaker remote is there", "EIO", h.pread, 4096, 0)
-refusals = log_lines("not using it")
+refusals = log_lines(PLOG, "not using it")
 wrong = [l for l in refusals if want not in l or SOCK not in l]
 assert not wrong, "plugq refused the remote (%s) for another reason than %r: %s" \
     % (" ".join(WEAK), want, wrong)
 assert len(refusals) == 1, "plugq dialled the weaker remote %d times and said so %d" \
     " times, not once: %s" % (dials(), len(refusals), refusals)
-assert not log_lines("reconnected"), \
-    "plugq took the remote that came back %s: %s" % (WHAT, log_lines("reconnected"))
+took_it()
 kill_remote(PIDF)
 
 start_remote(SOCK, PIDF, *GOOD)
@@ -816,8 +819,8 @@ h.zero(16 * KiB, 512 * KiB + 8 * KiB)
 h.flush()
 expect_read(h, 512 * KiB, y[:8 * KiB] + fill(0, 16 * KiB) + y[24 * KiB:],
             "write and zero after the reconnect")
-assert len(log_lines("reconnected")) == 1, \
-    "plugq's log should say 'reconnected' once: %s" % log_lines("reconnected")
+assert len(log_lines(PLOG, "reconnected")) == 1, \
+    "plugq's log should say 'reconnected' once: %s" % log_lines(PLOG, "reconnected")
 EOF
 }
 
@@ -869,24 +872,26 @@ EOF
   refused_then_back "without base:allocation extents" nbd "$STORE" -- --no-sr nbd "$STORE"
 }
 
-@test "nbd: reconnect= refuses a remote that came back without FLUSH" {
-  skip_if_sanitized
-  make_file "$T/r.img" 1M
+# refused_eval_then_back WHAT FLUSH TRIM: refused_then_back between two
+# eval remotes on one file, the weaker one with eval_file_remote's
+# FLUSH and TRIM answers.
+refused_eval_then_back() {
   local good
+  make_file "$T/r.img" 1M
   eval_file_remote "$T/r.img" 0 0
   good=("${EVAL_REMOTE[@]}")
-  eval_file_remote "$T/r.img" 3 0
-  refused_then_back "without FLUSH" "${good[@]}" -- "${EVAL_REMOTE[@]}"
+  eval_file_remote "$T/r.img" "$2" "$3"
+  refused_then_back "$1" "${good[@]}" -- "${EVAL_REMOTE[@]}"
+}
+
+@test "nbd: reconnect= refuses a remote that came back without FLUSH" {
+  skip_if_sanitized
+  refused_eval_then_back "without FLUSH" 3 0
 }
 
 @test "nbd: reconnect= refuses a remote that came back without TRIM" {
   skip_if_sanitized
-  make_file "$T/r.img" 1M
-  local good
-  eval_file_remote "$T/r.img" 0 0
-  good=("${EVAL_REMOTE[@]}")
-  eval_file_remote "$T/r.img" 0 3
-  refused_then_back "without TRIM" "${good[@]}" -- "${EVAL_REMOTE[@]}"
+  refused_eval_then_back "without TRIM" 0 3
 }
 
 @test "nbd: reconnect= takes a remote that came back stronger, and keeps to what it advertised" {
@@ -911,7 +916,7 @@ h.flush()
 kill_remote(PIDF)
 start_remote(SOCK, PIDF, "--filter=log", "nbd", S, "logfile=" + LOG2)
 poll(lambda: reads_as(h, 0, x), 20, "reads served by the stronger remote", 0.05)
-assert "reconnected" in open(PLOG).read(), "plugq's log does not say it reconnected"
+assert log_lines(PLOG, "reconnected"), "plugq's log does not say it reconnected"
 # Still what was advertised: zero emulated with writes, writes of 64K
 # at most (the queue merges up to the old maximum).
 h.pwrite(fill(0xff, 128 * KiB), 128 * KiB)
