@@ -793,12 +793,14 @@ test_rig_start (struct test_rig *r, const struct queue_config *cfg)
 
 bool
 test_rig_one (struct test_rig *r, const struct queue_config *cfg,
-              uint64_t size, unsigned async)
+              uint64_t size, unsigned async, unsigned writers)
 {
   struct test_backend *tb;
 
   memset (r, 0, sizeof *r);
   tb = test_rig_backend (r, size);
+  if (tb && writers)
+    test_backend_get (tb)->max_writers = writers;
   return tb && (async == 0 || test_backend_set_async (tb, async) == 0)
     && test_rig_start (r, cfg);
 }

@@ -213,10 +213,10 @@ struct test_backend *test_rig_backend (struct test_rig *, uint64_t size);
 /* Builds and starts a queue named diskN over every backend added. */
 bool test_rig_start (struct test_rig *, const struct queue_config *);
 /* One disk of size bytes, started; async > 0: an asynchronous backend
- * with that many operations in flight.
+ * with that many operations in flight; writers > 0: its max_writers.
  */
 bool test_rig_one (struct test_rig *, const struct queue_config *,
-                   uint64_t size, unsigned async);
+                   uint64_t size, unsigned async, unsigned writers);
 /* Opens every gate, drains and frees everything; the rig is zeroed. */
 void test_rig_stop (struct test_rig *);
 

@@ -44,21 +44,15 @@ static unsigned async_mode;
 static unsigned writers_mode;
 #define ASYNC_IN_FLIGHT 4
 #define WRITERS 2
-#define MODE (async_mode ? " [async]" : writers_mode ? " [2 writers]" : "")
+#define STR(x) #x
+#define XSTR(x) STR(x)
+#define MODE (async_mode ? " [async]" \
+              : writers_mode ? " [" XSTR (WRITERS) " writers]" : "")
 
 static bool
 rig_one (struct test_rig *r, const struct queue_config *cfg, uint64_t size)
 {
-  struct test_backend *tb;
-
-  if (!writers_mode)
-    return test_rig_one (r, cfg, size, async_mode);
-  memset (r, 0, sizeof *r);
-  tb = test_rig_backend (r, size);
-  if (tb == NULL)
-    return false;
-  test_backend_get (tb)->max_writers = writers_mode;
-  return test_rig_start (r, cfg);
+  return test_rig_one (r, cfg, size, async_mode, writers_mode);
 }
 
 static uint64_t
@@ -720,7 +714,7 @@ dispatch_order (const struct elevator_ops *elevator, const uint64_t *want)
 
   cfg.elevator = elevator;
   /* Sync only: asynchronous workers may start in any order. */
-  ok = CHECK (test_rig_one (&r, &cfg, DISK_SIZE, 0));
+  ok = CHECK (test_rig_one (&r, &cfg, DISK_SIZE, 0, 0));
   for (unsigned i = 0; ok && i < 4; i++)
     ok = CHECK (test_write_fill (r.d[0].q, NULL, 'a', 4 * KiB,
                                  arrival[i] * 64 * KiB, 0) == 0);
@@ -1166,9 +1160,10 @@ test_flush_failure (void)
 }
 
 /* A failed backend flush is a write-back error of every answered write
- * it carried (fdatasync reports a lost page once): the other sessions
- * with writes before it hear of it on their next FLUSH or FUA, and the
- * session it already failed is not told twice.
+ * it carried (fdatasync reports a lost page once): every other session
+ * open at the time, with writes (b) or without (c), hears of it on its
+ * next FLUSH or FUA, and the session it already failed is not told
+ * twice.  test_flush_failure covers the same without a session.
  */
 static void
 test_flush_failure_reaches_other_sessions (void)
@@ -1451,7 +1446,7 @@ stream_start (struct stream_rig *sr, uint64_t write_expire_ns)
   cfg.write_expire_ns = write_expire_ns;
   sr->t = (struct test_thread) TEST_THREAD_INIT;
   /* Sync only: the stream steps one backend operation at a time. */
-  ok = CHECK (test_rig_one (r, &cfg, 64 * MiB, 0));
+  ok = CHECK (test_rig_one (r, &cfg, 64 * MiB, 0, 0));
   st->q = r->d[0].q;
   st->tb = r->d[0].tb;
   st->base = MiB;
@@ -1675,7 +1670,7 @@ test_async_flush_not_overtaken (void)
   size_t n = 0;
   bool ok, flush_first = false;
 
-  ok = CHECK (test_rig_one (&r, &cfg, DISK_SIZE, ASYNC_IN_FLIGHT));
+  ok = CHECK (test_rig_one (&r, &cfg, DISK_SIZE, ASYNC_IN_FLIGHT, 0));
   q = r.d[0].q;
   tb = r.d[0].tb;
   if (ok)
@@ -1719,7 +1714,7 @@ test_async_overlap (void)
   struct queue *q;
   bool ok;
 
-  ok = CHECK (test_rig_one (&r, &cfg, DISK_SIZE, ASYNC_IN_FLIGHT));
+  ok = CHECK (test_rig_one (&r, &cfg, DISK_SIZE, ASYNC_IN_FLIGHT, 0));
   q = r.d[0].q;
   tb = r.d[0].tb;
   if (ok)
