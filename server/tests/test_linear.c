@@ -84,15 +84,26 @@ struct vol {
 
 static struct test_rig rig;
 
-/* Three members of member_size[], started with a long delay. */
+/* Three members of member_size[], started; async > 0: asynchronous
+ * backends with that many operations in flight.
+ */
+static bool
+members_start_async (const struct queue_config *cfg, unsigned async)
+{
+  memset (&rig, 0, sizeof rig);
+  for (unsigned i = 0; i < MEMBERS; i++) {
+    struct test_backend *tb = test_rig_backend (&rig, member_size[i]);
+
+    if (tb == NULL || (async && test_backend_set_async (tb, async) == -1))
+      return false;
+  }
+  return test_rig_start (&rig, cfg);
+}
+
 static bool
 members_start (const struct queue_config *cfg)
 {
-  memset (&rig, 0, sizeof rig);
-  for (unsigned i = 0; i < MEMBERS; i++)
-    if (test_rig_backend (&rig, member_size[i]) == NULL)
-      return false;
-  return test_rig_start (&rig, cfg);
+  return members_start_async (cfg, 0);
 }
 
 static bool
@@ -238,9 +249,7 @@ vol_verify (const struct vol *v, bool durable)
     ok = CHECK (queue_pread (rig.d[d].q, got, member_size[d], 0) == 0)
       && member_equal (got, want, d, "queue read");
     if (ok && durable)
-      ok = CHECK (test_backend_read (rig.d[d].tb, got, member_size[d], 0)
-                  == 0)
-        && member_equal (got, want, d, "backend");
+      ok = member_durable (v, d);
   }
   return ok;
 }
@@ -814,16 +823,8 @@ fua_ordering (unsigned async)
   struct test_thread t = TEST_THREAD_INIT;
   struct fua_job job = { &v, NULL, FUA_WRITE, 60 * KiB, 8 * KiB };
   struct queue_config cfg = test_config (TEST_HOUR, 1000);
-  bool ok = true;
-
-  memset (&rig, 0, sizeof rig);
-  for (unsigned i = 0; ok && i < MEMBERS; i++) {
-    struct test_backend *tb = test_rig_backend (&rig, member_size[i]);
-
-    ok = CHECK (tb != NULL)
-      && CHECK (async == 0 || test_backend_set_async (tb, async) == 0);
-  }
-  ok = ok && CHECK (test_rig_start (&rig, &cfg)) && CHECK (vol_plain (&v));
+  bool ok = CHECK (members_start_async (&cfg, async))
+    && CHECK (vol_plain (&v));
   if (ok)
     test_backend_block (rig.d[1].tb, TB_FLUSH);
   ok = ok && CHECK (test_thread_start (&t, fua_run, &job) == 0);
