@@ -119,7 +119,7 @@ test_moved_later (void)
    * machine does not let the timer fire between two re-arms.
    */
   const uint64_t delay = 300 * MS;
-  uint64_t start = monotonic_ns (), last = 0;
+  uint64_t last = 0;
   bool ok = CHECK (ts != NULL);
 
   if (ok)
@@ -131,7 +131,6 @@ test_moved_later (void)
   }
   ok = ok && CHECK (wait_fired (&p, 1, last + delay + SLACK_NS));
   ok = ok && CHECK (atomic_load (&p.fired_ns) >= last + delay);
-  ok = ok && CHECK (atomic_load (&p.fired_ns) > start + 80 * MS);
   sleep_ns (50 * MS);
   ok = ok && CHECK (atomic_load (&p.fired) == 1);
   timer_service_free (ts);
@@ -224,6 +223,13 @@ closed_fd_cb (struct ev_loop *loop, ev_io *w, int revents)
   ev_io_stop (loop, w);
 }
 
+static void
+idle_cb (struct ev_loop *loop, ev_idle *w, int revents)
+{
+  *(bool *) w->data = true;
+  ev_idle_stop (loop, w);
+}
+
 /* The remote backend's loop watches libnbd's socket, which libnbd closes
  * in whatever thread finds the connection dead, possibly between the
  * loop thread changing its watcher and libev applying the change.  With
@@ -235,7 +241,9 @@ test_loop_survives_closed_fd (void)
   struct ev_loop *loop = engine_loop_new ();
   int sv[2] = { -1, -1 }, revents = 0;
   bool ok = loop != NULL && socketpair (AF_UNIX, SOCK_STREAM, 0, sv) == 0;
+  bool went_on = false;
   ev_io io;
+  ev_idle idle;
 
   if (ok) {
     ev_io_init (&io, closed_fd_cb, sv[0], EV_READ);
@@ -247,7 +255,12 @@ test_loop_survives_closed_fd (void)
     ev_io_start (loop, &io);
     close (sv[0]);
     ev_run (loop, EVRUN_NOWAIT);
-    ok = (revents & EV_ERROR) && !ev_is_active (&io);
+    /* ... and the loop still runs its other watchers. */
+    ev_idle_init (&idle, idle_cb);
+    idle.data = &went_on;
+    ev_idle_start (loop, &idle);
+    ev_run (loop, EVRUN_NOWAIT);
+    ok = (revents & EV_ERROR) && went_on;
   }
   tap_ok (ok, "an engine loop fails a watcher whose descriptor another"
           " thread closed (revents %#x), and carries on", revents);
