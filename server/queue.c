@@ -956,7 +956,7 @@ struct batch {
   enum op_kind kind;
   bool may_trim;
   uint64_t issued_ns;
-  struct iovec *iov;             /* room for every piece */
+  struct iovec *iov;            /* room for every piece */
   uint32_t iov_room;
   struct iovec inline_iov[BATCH_INLINE_IOV];
   struct backend_io io;
@@ -1092,11 +1092,9 @@ batch_take (struct queue *q)
   if (p == NULL || (b = batch_alloc (q)) == NULL)
     return NULL;
   *b = (struct batch) {
-    .q = q, .iov = b->inline_iov, .iov_room = BATCH_INLINE_IOV,
+    .q = q, .offset = p->offset, .kind = p->kind, .may_trim = p->may_trim,
+    .iov = b->inline_iov, .iov_room = BATCH_INLINE_IOV,
   };
-  b->offset = p->offset;
-  b->kind = p->kind;
-  b->may_trim = p->may_trim;
   TAILQ_INIT (&b->pieces);
   for (;;) {
     struct piece *next = q->cfg.elevator->next (&q->elevator, p);
