@@ -142,7 +142,7 @@ queue_config_defaults (struct queue_config *c)
   c->write_expire_ns = 5000 * MS;
 }
 
-static void timer_fired (void *q);
+static void timer_fired (void *q, uint64_t deadline_ns);
 static bool batch_reserve (struct queue *q);
 static bool run_queue_here (struct queue *q, int steps, unsigned round);
 static void wait_or_work (struct queue *q);
@@ -249,14 +249,17 @@ queue_unplug (struct queue *q, enum unplug_cause cause)
   pthread_mutex_unlock (&q->lock);
 }
 
-/* Timer thread: hand the unplug to the dispatcher and go. */
+/* Timer thread: hand the unplug to the dispatcher and go.  A claim
+ * that fails means this queue unplugged and plugged again after the
+ * timer went off: the new plug has a deadline of its own.
+ */
 static void
-timer_fired (void *arg)
+timer_fired (void *arg, uint64_t deadline_ns)
 {
   struct queue *q = arg;
 
   pthread_mutex_lock (&q->lock);
-  if (q->plugged) {
+  if (unplug_timer_claim (&q->timer, deadline_ns) && q->plugged) {
     unplug_locked (q, UNPLUG_TIMER);
     kick_dispatcher (q);
   }

@@ -89,8 +89,10 @@ timer_cb (struct ev_loop *loop, ev_timer *w, int revents)
     start_ev_timer (loop, t, deadline);     /* moved later meanwhile */
     return;
   }
-  if (atomic_compare_exchange_strong (&t->deadline_ns, &deadline, 0))
-    t->fire (t->arg);
+  /* Not consumed here: only the owner, under its lock, can tell this
+   * deadline from a newer plug's (unplug_timer_claim).
+   */
+  t->fire (t->arg, deadline);
 }
 
 static void
@@ -119,7 +121,8 @@ timer_service_new (void)
 }
 
 void
-unplug_timer_init (struct unplug_timer *t, void (*fire) (void *), void *arg)
+unplug_timer_init (struct unplug_timer *t,
+                   void (*fire) (void *, uint64_t), void *arg)
 {
   t->service = NULL;
   atomic_init (&t->deadline_ns, 0);
@@ -248,4 +251,10 @@ void
 unplug_timer_cancel (struct unplug_timer *t)
 {
   atomic_store (&t->deadline_ns, 0);
+}
+
+bool
+unplug_timer_claim (struct unplug_timer *t, uint64_t deadline_ns)
+{
+  return atomic_compare_exchange_strong (&t->deadline_ns, &deadline_ns, 0);
 }

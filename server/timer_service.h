@@ -11,6 +11,7 @@
 #define PLUGQ_TIMER_SERVICE_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <ev.h>
@@ -25,13 +26,20 @@ struct unplug_timer {
   _Atomic uint64_t last_deadline_ns; /* the latest armed, kept by cancel */
   _Atomic uint64_t expiry_ns;   /* the pending ev_timer's; 0 = none */
   _Atomic uint64_t loop_wakeups; /* arms that had to wake the loop */
-  void (*fire) (void *arg);
+  void (*fire) (void *arg, uint64_t deadline_ns);
   void *arg;
 };
 
 struct timer_service *timer_service_new (void);
-/* Attach every timer before start: watchers join the loop there. */
-void unplug_timer_init (struct unplug_timer *, void (*fire) (void *),
+/* Attach every timer before start: watchers join the loop there.
+ *
+ * fire runs on the loop thread once deadline_ns has passed.  The timer
+ * may have been re-armed for a newer plug between then and the moment
+ * fire takes its owner's lock, so fire must claim the deadline under
+ * that lock before acting on it.
+ */
+void unplug_timer_init (struct unplug_timer *,
+                        void (*fire) (void *arg, uint64_t deadline_ns),
                         void *arg);
 int timer_service_attach (struct timer_service *, struct unplug_timer *);
 int timer_service_start (struct timer_service *);
@@ -44,6 +52,11 @@ void timer_service_free (struct timer_service *);
  */
 uint64_t unplug_timer_arm (struct unplug_timer *, uint64_t delay_ns);
 void unplug_timer_cancel (struct unplug_timer *);
+/* From fire, under the lock its owner arms and cancels with: true when
+ * deadline_ns is still the armed one (it is then disarmed), false when
+ * the timer was cancelled or armed again since it fired.
+ */
+bool unplug_timer_claim (struct unplug_timer *, uint64_t deadline_ns);
 
 uint64_t monotonic_ns (void);
 

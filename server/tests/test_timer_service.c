@@ -11,6 +11,7 @@
 #endif
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -26,19 +27,51 @@
 /* Generous: a loaded machine under ThreadSanitizer is slow to wake. */
 #define SLACK_NS (400 * MS)
 
+/* A timer's owner, as a queue is: it claims each fire under its lock
+ * and counts only the fires it claimed.  The first fire can be held
+ * between going off and taking the lock, where a queue's timer thread
+ * may be descheduled.
+ */
 struct probe {
   struct unplug_timer timer;
+  pthread_mutex_t lock;
   _Atomic unsigned fired;
   _Atomic uint64_t fired_ns;
+  _Atomic unsigned not_claimed;
+  _Atomic bool hold_first, held, release;
 };
 
+static void sleep_ns (uint64_t ns);
+
 static void
-probe_fire (void *arg)
+probe_fire (void *arg, uint64_t deadline_ns)
 {
   struct probe *p = arg;
 
-  atomic_store (&p->fired_ns, monotonic_ns ());
-  atomic_fetch_add (&p->fired, 1);
+  if (atomic_exchange (&p->hold_first, false)) {
+    atomic_store (&p->held, true);
+    while (!atomic_load (&p->release))
+      sleep_ns (MS / 10);
+  }
+  pthread_mutex_lock (&p->lock);
+  if (unplug_timer_claim (&p->timer, deadline_ns)) {
+    atomic_store (&p->fired_ns, monotonic_ns ());
+    atomic_fetch_add (&p->fired, 1);
+  }
+  else
+    atomic_fetch_add (&p->not_claimed, 1);
+  pthread_mutex_unlock (&p->lock);
+}
+
+static uint64_t
+probe_arm (struct probe *p, uint64_t delay_ns)
+{
+  uint64_t deadline;
+
+  pthread_mutex_lock (&p->lock);
+  deadline = unplug_timer_arm (&p->timer, delay_ns);
+  pthread_mutex_unlock (&p->lock);
+  return deadline;
 }
 
 static void
@@ -78,8 +111,13 @@ service_with (struct probe *p)
 {
   struct timer_service *ts = timer_service_new ();
 
+  pthread_mutex_init (&p->lock, NULL);
   atomic_init (&p->fired, 0);
   atomic_init (&p->fired_ns, 0);
+  atomic_init (&p->not_claimed, 0);
+  atomic_init (&p->hold_first, false);
+  atomic_init (&p->held, false);
+  atomic_init (&p->release, false);
   unplug_timer_init (&p->timer, probe_fire, p);
   if (ts && (timer_service_attach (ts, &p->timer) == -1
              || timer_service_start (ts) == -1)) {
@@ -98,7 +136,7 @@ test_fires_once (void)
   bool ok = CHECK (ts != NULL);
 
   if (ok)
-    unplug_timer_arm (&p.timer, 20 * MS);
+    probe_arm (&p, 20 * MS);
   ok = ok && CHECK (wait_fired (&p, 1, start + 20 * MS + SLACK_NS));
   ok = ok && CHECK (atomic_load (&p.fired_ns) >= start + 20 * MS);
   sleep_ns (50 * MS);
@@ -123,11 +161,11 @@ test_moved_later (void)
   bool ok = CHECK (ts != NULL);
 
   if (ok)
-    unplug_timer_arm (&p.timer, delay);
+    probe_arm (&p, delay);
   for (int i = 0; ok && i < 10; i++) {
     sleep_ns (5 * MS);
     last = monotonic_ns ();
-    unplug_timer_arm (&p.timer, delay);
+    probe_arm (&p, delay);
   }
   ok = ok && CHECK (wait_fired (&p, 1, last + delay + SLACK_NS));
   ok = ok && CHECK (atomic_load (&p.fired_ns) >= last + delay);
@@ -135,6 +173,39 @@ test_moved_later (void)
   ok = ok && CHECK (atomic_load (&p.fired) == 1);
   timer_service_free (ts);
   tap_ok (ok, "re-armed later: fires once, at the last deadline");
+}
+
+/* A queue that unplugged and plugged again while its timer was going
+ * off: that fire belongs to the old plug and must not end the new one
+ * early, and the new plug's own deadline must still fire.
+ */
+static void
+test_stale_fire_not_claimed (void)
+{
+  struct probe p;
+  struct timer_service *ts = service_with (&p);
+  const uint64_t new_plug_delay = 50 * MS;
+  uint64_t replugged = 0, until = monotonic_ns () + SLACK_NS;
+  bool ok = CHECK (ts != NULL);
+
+  if (ok) {
+    atomic_store (&p.hold_first, true);
+    probe_arm (&p, 5 * MS);
+    while (!atomic_load (&p.held) && monotonic_ns () < until)
+      sleep_ns (MS / 10);
+    ok = CHECK (atomic_load (&p.held));
+  }
+  if (ok) {
+    replugged = monotonic_ns ();
+    probe_arm (&p, new_plug_delay);
+  }
+  atomic_store (&p.release, true);
+  ok = ok && CHECK (wait_fired (&p, 1, replugged + new_plug_delay + SLACK_NS));
+  ok = ok && CHECK (atomic_load (&p.fired_ns) >= replugged + new_plug_delay);
+  ok = ok && CHECK (atomic_load (&p.not_claimed) == 1);
+  timer_service_free (ts);
+  tap_ok (ok, "a fire held past a re-arm is not claimed; the new deadline"
+          " fires on time");
 }
 
 /* Moved earlier: the loop must be woken, or the timer fires late. */
@@ -147,11 +218,11 @@ test_moved_earlier (void)
   bool ok = CHECK (ts != NULL);
 
   if (ok)
-    unplug_timer_arm (&p.timer, 3600 * 1000 * MS);
+    probe_arm (&p, 3600 * 1000 * MS);
   ok = ok && CHECK (wait_loop_set (&p));   /* the hour-long ev_timer */
   if (ok) {
     armed = monotonic_ns ();
-    unplug_timer_arm (&p.timer, 10 * MS);
+    probe_arm (&p, 10 * MS);
   }
   ok = ok && CHECK (wait_fired (&p, 1, armed + 10 * MS + SLACK_NS));
   ok = ok && CHECK (atomic_load (&p.fired_ns) >= armed + 10 * MS);
@@ -167,14 +238,14 @@ test_cancel (void)
   bool ok = CHECK (ts != NULL);
 
   if (ok) {
-    unplug_timer_arm (&p.timer, 10 * MS);
+    probe_arm (&p, 10 * MS);
     unplug_timer_cancel (&p.timer);
     sleep_ns (60 * MS);
     ok = CHECK (atomic_load (&p.fired) == 0);
     /* Armed again after a lazy cancel: the stale ev_timer must not
      * stand for the new deadline once it has gone off.
      */
-    unplug_timer_arm (&p.timer, 10 * MS);
+    probe_arm (&p, 10 * MS);
   }
   ok = ok && CHECK (wait_fired (&p, 1, monotonic_ns () + 10 * MS + SLACK_NS));
   timer_service_free (ts);
@@ -196,12 +267,12 @@ test_cycles_save_wakeups (void)
    * deadline is further off than that expiry and wakes nothing.
    */
   if (ok) {
-    unplug_timer_arm (&p.timer, 1000 * MS);
+    probe_arm (&p, 1000 * MS);
     ok = CHECK (wait_loop_set (&p));
     unplug_timer_cancel (&p.timer);
   }
   for (unsigned i = 1; ok && i < cycles; i++) {
-    unplug_timer_arm (&p.timer, 1000 * MS);
+    probe_arm (&p, 1000 * MS);
     sleep_ns (MS / 20);
     unplug_timer_cancel (&p.timer);
   }
@@ -276,6 +347,7 @@ main (void)
   test_fires_once ();
   test_moved_later ();
   test_moved_earlier ();
+  test_stale_fire_not_claimed ();
   test_cancel ();
   test_cycles_save_wakeups ();
   test_loop_survives_closed_fd ();
