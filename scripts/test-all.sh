@@ -2,6 +2,7 @@
 # Builds plugq in every configuration CI checks and runs every test:
 #   gcc   -Werror build: unit, model and all Bats client tests
 #   clang -Werror build (warnings only)
+#   make dist: the source tarball, checked by scripts/check-dist.sh
 #   ASan+UBSan build: unit and model tests
 #   TSan build: every unit and model test (most of them run threads)
 #   libFuzzer: the queue fuzzer over its corpus, briefly
@@ -69,6 +70,17 @@ if make -C "$top/bench" warnings >"$out/bench-warnings.log" 2>&1; then
 else
   cat "$out/bench-warnings.log"; echo "bench programs failed to build"
   failed=$((failed + 1)); status=1
+fi
+
+stage "source tarball: make dist"
+# Bounded: a make target named like a shipped folder once made
+# `make dist` run the benchmarks.
+rm -f "$out"/clang/plugq-*.tar.gz
+if [ -d "$out/clang" ] && (cd "$out/clang" && timeout 300 make dist) >"$out/dist.log" 2>&1 \
+   && "$top/scripts/check-dist.sh" "$out"/clang/plugq-*.tar.gz; then
+  echo "PASS: make dist ships every tracked file and nothing built"; passed=$((passed + 1))
+else
+  tail -n 20 "$out/dist.log"; echo "FAIL: make dist"; failed=$((failed + 1)); status=1
 fi
 
 stage "AddressSanitizer + UBSan: unit, model and client tests"
