@@ -330,3 +330,21 @@ assert all(seen[path]), "direct=true file opened for writing without O_DIRECT: %
 assert seen.get(plain) and not any(seen[plain]), "plain file fds: %r" % seen
 EOF
 }
+
+# Queued buffers are freed a batch at a time; with glibc's default 128 KiB
+# trim threshold nearly every batch went back to the kernel and was faulted
+# in again (server/heap_tuning.c).
+@test "basic: at load plugq sets malloc's trim and mmap thresholds, unless the environment sets malloc's own" {
+  run timeout 30 "$NBDKIT" -v -U - "$PLUGIN" --run 'exit 0'
+  assert_success
+  if [ -n "${PLUGQ_SANITIZED:-}" ]; then
+    assert_output --partial "malloc: not glibc's, left as it is"
+  else
+    assert_output --partial "malloc: trim threshold 4 MiB, mmap threshold 32 MiB"
+  fi
+  GLIBC_TUNABLES=glibc.malloc.trim_threshold=1048576 \
+    run timeout 30 "$NBDKIT" -v -U - "$PLUGIN" --run 'exit 0'
+  assert_success
+  assert_output --partial "malloc: settings from the environment kept"
+  refute_output --partial "trim threshold 4 MiB"
+}

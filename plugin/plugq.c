@@ -26,6 +26,7 @@
 
 #include "setup.h"
 #include "extents.h"
+#include "heap_tuning.h"
 #include "linear.h"
 #include "log.h"
 #include "queue.h"
@@ -67,6 +68,7 @@ static void
 plugq_load (void)
 {
   log_set_sink (&nbdkit_sink);
+  nbdkit_debug ("%s", heap_tuning_describe (heap_tuning_apply ()));
 }
 
 /* ---------------------------------------------------------------- config */
