@@ -22,6 +22,7 @@
 struct data_buffer {
   _Atomic uint32_t refs;
   uint32_t size;
+  bool mapped;                  /* data is its own anonymous mapping */
   unsigned char *data;          /* right after the header unless aligned */
 };
 
