@@ -340,11 +340,11 @@ EOF
   if [ -n "${PLUGQ_SANITIZED:-}" ]; then
     assert_output --partial "malloc: not glibc's, left as it is"
   else
-    assert_output --partial "malloc: trim threshold 4 MiB, mmap threshold 32 MiB"
+    assert_output --partial "malloc: trim threshold 64 MiB, mmap threshold 32 MiB"
   fi
   GLIBC_TUNABLES=glibc.malloc.trim_threshold=1048576 \
     run timeout 30 "$NBDKIT" -v -U - "$PLUGIN" --run 'exit 0'
   assert_success
   assert_output --partial "malloc: settings from the environment kept"
-  refute_output --partial "trim threshold 4 MiB"
+  refute_output --partial "trim threshold 64 MiB"
 }

@@ -119,9 +119,9 @@ main (void)
           " after)", peak / KiB, after / KiB);
 
   /* Still live: the 2 MiB buffer and a few KiB of the test's own. */
-  burst (3072, &peak, &after);
-  tap_ok (CHECK (peak >= 12 * MiB) && CHECK (after <= 5 * MiB),
-          "12 MiB of them: past 4 MiB free, the heap still goes back to"
+  burst (17408, &peak, &after);
+  tap_ok (CHECK (peak >= 68 * MiB) && CHECK (after <= 5 * MiB),
+          "68 MiB of them: past 64 MiB free, the heap still goes back to"
           " the kernel"
           " (heap %zu KiB with them, %zu KiB after)", peak / KiB,
           after / KiB);
