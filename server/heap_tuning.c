@@ -19,7 +19,7 @@
  * page-cache file fell from 530-650/s to 66-96/s and peak RSS grew from
  * 145 MB to 440-550 MB; with 64 MiB they ran at 620-720/s in 145-150 MB.
  *
- * What this keeps: free heap of up to TRIM_THRESHOLD per malloc arena,
+ * What this keeps: free heap of up to the trim threshold per arena,
  * reused by the next writes, as glibc would after one large write.  An
  * operator who sets malloc's own environment (GLIBC_TUNABLES, MALLOC_*_)
  * keeps those settings.
@@ -36,8 +36,14 @@
 
 #include "heap_tuning.h"
 
-#define MMAP_THRESHOLD (32 * 1024 * 1024)   /* glibc's maximum on 64-bit */
-#define TRIM_THRESHOLD (2 * MMAP_THRESHOLD)
+/* In MiB, so that the log line is spelled from the same numbers. */
+#define MMAP_THRESHOLD_MIB 32           /* glibc's maximum on 64-bit */
+#define TRIM_THRESHOLD_MIB 64           /* glibc's rule: twice the mmap one */
+_Static_assert (TRIM_THRESHOLD_MIB == 2 * MMAP_THRESHOLD_MIB,
+                "glibc slides the trim threshold to twice the mmap threshold");
+#define MIB_TO_BYTES(n) ((n) * 1024 * 1024)
+#define STRINGIFY_(x) #x
+#define STRINGIFY(x) STRINGIFY_ (x)
 
 static bool
 operator_sets_malloc (void)
@@ -63,8 +69,8 @@ heap_tuning_apply (void)
     return HEAP_LEFT_TO_OPERATOR;
 #if defined (__GLIBC__) && defined (M_TRIM_THRESHOLD)
   /* A replaced malloc (the sanitizers') answers mallopt with 0. */
-  if (mallopt (M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
-      && mallopt (M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1)
+  if (mallopt (M_MMAP_THRESHOLD, MIB_TO_BYTES (MMAP_THRESHOLD_MIB)) == 1
+      && mallopt (M_TRIM_THRESHOLD, MIB_TO_BYTES (TRIM_THRESHOLD_MIB)) == 1)
     return HEAP_TUNED;
 #endif
   return HEAP_UNAVAILABLE;
@@ -75,7 +81,8 @@ heap_tuning_describe (enum heap_tuning t)
 {
   switch (t) {
   case HEAP_TUNED:
-    return "malloc: trim threshold 64 MiB, mmap threshold 32 MiB";
+    return "malloc: trim threshold " STRINGIFY (TRIM_THRESHOLD_MIB)
+      " MiB, mmap threshold " STRINGIFY (MMAP_THRESHOLD_MIB) " MiB";
   case HEAP_LEFT_TO_OPERATOR:
     return "malloc: settings from the environment kept";
   case HEAP_UNAVAILABLE:
