@@ -45,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buffer_pool.h"
 #include "elevator.h"
 #include "log.h"
 #include "queue.h"
@@ -124,6 +125,7 @@ struct queue {
   struct latched_error error;
 
   struct unplug_timer timer;
+  struct buffer_pool *buffers;  /* spare mappings for large aligned data */
   pthread_t dispatcher;
   bool dispatcher_started;
 
@@ -143,6 +145,20 @@ queue_config_defaults (struct queue_config *c)
   c->write_expire_ns = 5000 * MS;
 }
 
+/* Spare large buffers a disk keeps (buffer_pool.h).  A completed batch
+ * frees up to max-merge bytes at once and the next writes take them
+ * again, so a few batches' worth covers a stream; never more than the
+ * queue itself may hold.
+ */
+#define SPARE_BUFFERS_MAX (16 * 1024 * 1024)
+
+static uint64_t
+spare_buffers_max (const struct queue_config *cfg)
+{
+  return cfg->queue_bytes < SPARE_BUFFERS_MAX
+    ? cfg->queue_bytes : SPARE_BUFFERS_MAX;
+}
+
 static void timer_fired (void *q, uint64_t deadline_ns);
 static bool batch_reserve (struct queue *q);
 static bool run_queue_here (struct queue *q, int steps, unsigned round);
@@ -154,9 +170,13 @@ queue_new (const char *name, struct backend *backend,
 {
   struct queue *q = calloc (1, sizeof *q);
 
-  if (q == NULL || (q->name = strdup (name)) == NULL || !batch_reserve (q)) {
-    if (q)
+  if (q == NULL || (q->name = strdup (name)) == NULL
+      || (q->buffers = buffer_pool_new (spare_buffers_max (cfg))) == NULL
+      || !batch_reserve (q)) {
+    if (q) {
+      buffer_pool_free (q->buffers);
       free (q->name);
+    }
     free (q);
     return NULL;
   }
@@ -711,8 +731,8 @@ queue_pwrite (struct queue *q, struct session *s, const void *buf,
     return 0;
   p = piece_new (q, OP_WRITE, count, offset, flags);
   if (p == NULL
-      || (p->buf = data_buffer_new (buf, count,
-                                    q->backend->buffer_align)) == NULL) {
+      || (p->buf = data_buffer_new (buf, count, q->backend->buffer_align,
+                                    q->buffers)) == NULL) {
     free (p);
     errno = ENOMEM;
     return -1;
@@ -1582,6 +1602,7 @@ queue_free (struct queue *q)
     free (b);
   }
   backend_close (q->backend);
+  buffer_pool_free (q->buffers);
   pthread_mutex_destroy (&q->lock);
   pthread_cond_destroy (&q->dispatch_wake);
   pthread_cond_destroy (&q->progress);

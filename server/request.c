@@ -3,9 +3,9 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
+#include "buffer_pool.h"
 #include "fd_io.h"
 #include "request.h"
 
@@ -14,43 +14,40 @@
  * size + alignment, so a freed aligned 64 KiB buffer never fits the
  * next one, and a stream of them fragments the heap far past
  * queue-bytes (168 MB resident for an 8 MiB queue, reliability.bats).
- * Large aligned ones get their own mapping.  With the mmap threshold
- * plugq sets (heap_tuning.c) they would come from the heap too, and
- * 1 MiB O_DIRECT writes left 1.2 GB resident for a 64 MiB queue.  A
- * mapping costs a page fault per page, and is given back whole.
+ * Large aligned ones are mappings from the disk's pool.  With the mmap
+ * threshold plugq sets (heap_tuning.c) they would come from the heap
+ * too, and 1 MiB O_DIRECT writes left 1.2 GB resident for a 64 MiB
+ * queue.
  */
-#define MAPPED_MIN (128 * 1024)
-
 static void *
-data_alloc (uint32_t size, uint32_t align, bool *mapped)
+data_alloc (struct data_buffer *b, uint32_t size, uint32_t align,
+            struct buffer_pool *pool)
 {
-  void *data;
-
-  *mapped = size >= MAPPED_MIN && align <= (uint32_t) getpagesize ();
-  if (!*mapped)
+  b->pool = pool;
+  b->mapped_size = 0;
+  if (size < BUFFER_POOL_MIN || align > (uint32_t) getpagesize ())
     return alloc_aligned (size ? size : 1, align);
-  data = mmap (NULL, size, PROT_READ | PROT_WRITE,
-               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  return data == MAP_FAILED ? NULL : data;
+  return buffer_pool_get (pool, size, &b->mapped_size);
 }
 
 struct data_buffer *
-data_buffer_new (const void *src, uint32_t size, uint32_t align)
+data_buffer_new (const void *src, uint32_t size, uint32_t align,
+                 struct buffer_pool *pool)
 {
   struct data_buffer *b;
   void *data;
-  bool mapped = false;
 
   if (align <= 1) {
     b = malloc (sizeof *b + size);
     if (b == NULL)
       return NULL;
+    b->mapped_size = 0;
     data = b + 1;
   }
   else {
     if ((b = malloc (sizeof *b)) == NULL)
       return NULL;
-    if ((data = data_alloc (size, align, &mapped)) == NULL) {
+    if ((data = data_alloc (b, size, align, pool)) == NULL) {
       free (b);
       return NULL;
     }
@@ -58,7 +55,6 @@ data_buffer_new (const void *src, uint32_t size, uint32_t align)
   memcpy (data, src, size);
   b->refs = 1;
   b->size = size;
-  b->mapped = mapped;
   b->data = data;
   return b;
 }
@@ -76,8 +72,8 @@ data_buffer_put (struct data_buffer *b)
   if (b == NULL)
     return;
   if (atomic_fetch_sub_explicit (&b->refs, 1, memory_order_acq_rel) == 1) {
-    if (b->mapped)
-      munmap (b->data, b->size);
+    if (b->mapped_size)
+      buffer_pool_put (b->pool, b->data, b->mapped_size);
     else if (b->data != (unsigned char *) (b + 1))
       free (b->data);
     free (b);

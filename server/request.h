@@ -12,6 +12,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/queue.h>
 
@@ -19,18 +20,23 @@
 
 #include "stats.h"
 
+struct buffer_pool;
+
 struct data_buffer {
   _Atomic uint32_t refs;
   uint32_t size;
-  bool mapped;                  /* data is its own anonymous mapping */
+  size_t mapped_size;           /* data is a mapping from pool, or 0 */
+  struct buffer_pool *pool;
   unsigned char *data;          /* right after the header unless aligned */
 };
 
 /* A copy of src; its data aligned to align (a power of 2) when that is
- * more than 1, as O_DIRECT needs.
+ * more than 1, as O_DIRECT needs.  Large aligned buffers come from pool
+ * and go back to it.
  */
 struct data_buffer *data_buffer_new (const void *src, uint32_t size,
-                                     uint32_t align);
+                                     uint32_t align,
+                                     struct buffer_pool *pool);
 struct data_buffer *data_buffer_get (struct data_buffer *);
 void data_buffer_put (struct data_buffer *);
 

@@ -1,0 +1,130 @@
+/* plugq: one disk's spare mappings for large aligned write buffers. */
+#include <config.h>
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+
+#include "buffer_pool.h"
+
+#define MIN_SHIFT 17                    /* BUFFER_POOL_MIN */
+#define MAX_SHIFT 26                    /* BUFFER_POOL_MAX */
+#define CLASSES (MAX_SHIFT - MIN_SHIFT + 1)
+
+_Static_assert (BUFFER_POOL_MIN == (size_t) 1 << MIN_SHIFT, "MIN_SHIFT");
+_Static_assert (BUFFER_POOL_MAX == (size_t) 1 << MAX_SHIFT, "MAX_SHIFT");
+
+/* A spare mapping links to the next through its own first bytes: the
+ * pool needs no memory of its own to hold them.
+ */
+struct spare {
+  struct spare *next;
+};
+
+struct buffer_pool {
+  pthread_mutex_t lock;
+  struct spare *spares[CLASSES];
+  uint64_t idle;
+  uint64_t max_idle;
+};
+
+struct buffer_pool *
+buffer_pool_new (uint64_t max_idle)
+{
+  struct buffer_pool *p = calloc (1, sizeof *p);
+
+  if (p == NULL)
+    return NULL;
+  pthread_mutex_init (&p->lock, NULL);
+  p->max_idle = max_idle;
+  return p;
+}
+
+void
+buffer_pool_free (struct buffer_pool *p)
+{
+  if (p == NULL)
+    return;
+  for (unsigned c = 0; c < CLASSES; c++)
+    while (p->spares[c]) {
+      struct spare *s = p->spares[c];
+
+      p->spares[c] = s->next;
+      munmap (s, (size_t) 1 << (c + MIN_SHIFT));
+    }
+  pthread_mutex_destroy (&p->lock);
+  free (p);
+}
+
+/* The class whose mappings hold size bytes, or -1 past the largest. */
+static int
+size_class (size_t size)
+{
+  for (unsigned c = 0; c < CLASSES; c++)
+    if (size <= (size_t) 1 << (c + MIN_SHIFT))
+      return c;
+  return -1;
+}
+
+static void *
+map (size_t size)
+{
+  void *data = mmap (NULL, size, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+  return data == MAP_FAILED ? NULL : data;
+}
+
+void *
+buffer_pool_get (struct buffer_pool *p, size_t size, size_t *mapped_size)
+{
+  int c = size_class (size);
+  struct spare *s = NULL;
+
+  if (c == -1) {
+    *mapped_size = size;
+    return map (size);
+  }
+  *mapped_size = (size_t) 1 << (c + MIN_SHIFT);
+  pthread_mutex_lock (&p->lock);
+  if ((s = p->spares[c]) != NULL) {
+    p->spares[c] = s->next;
+    p->idle -= *mapped_size;
+  }
+  pthread_mutex_unlock (&p->lock);
+  return s ? (void *) s : map (*mapped_size);
+}
+
+void
+buffer_pool_put (struct buffer_pool *p, void *data, size_t mapped_size)
+{
+  int c = size_class (mapped_size);
+  bool kept = false;
+
+  if (c != -1 && mapped_size == (size_t) 1 << (c + MIN_SHIFT)) {
+    pthread_mutex_lock (&p->lock);
+    if (p->idle + mapped_size <= p->max_idle) {
+      struct spare *s = data;
+
+      s->next = p->spares[c];
+      p->spares[c] = s;
+      p->idle += mapped_size;
+      kept = true;
+    }
+    pthread_mutex_unlock (&p->lock);
+  }
+  if (!kept)
+    munmap (data, mapped_size);
+}
+
+uint64_t
+buffer_pool_idle_bytes (struct buffer_pool *p)
+{
+  uint64_t idle;
+
+  pthread_mutex_lock (&p->lock);
+  idle = p->idle;
+  pthread_mutex_unlock (&p->lock);
+  return idle;
+}

@@ -1,0 +1,44 @@
+/* plugq: one disk's spare mappings for large aligned write buffers.
+ * Internal to server/.
+ *
+ * O_DIRECT needs aligned buffers, and large ones get their own mapping
+ * (request.c says why not the heap).  A fresh mapping costs the kernel
+ * a zeroed page and a fault per page, and giving it back a TLB
+ * shootdown: 1 MiB direct writes ran at a third of the heap's rate.
+ * The pool keeps freed mappings, by power-of-two size class, for the
+ * next buffer of the class, up to a byte limit; past it they are
+ * unmapped.  Each disk has its own pool and lock.
+ */
+#ifndef PLUGQ_BUFFER_POOL_H
+#define PLUGQ_BUFFER_POOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Smaller buffers come from malloc; larger than the biggest class are
+ * mapped and unmapped each time.
+ */
+#define BUFFER_POOL_MIN ((size_t) 128 * 1024)
+#define BUFFER_POOL_MAX ((size_t) 64 * 1024 * 1024)
+
+struct buffer_pool;
+
+/* Keeps at most max_idle bytes of spare mappings; NULL on ENOMEM. */
+struct buffer_pool *buffer_pool_new (uint64_t max_idle);
+
+/* Unmaps every spare mapping.  Buffers still out must not come back. */
+void buffer_pool_free (struct buffer_pool *);
+
+/* Page-aligned memory for size bytes (size >= BUFFER_POOL_MIN), from
+ * the pool or a new mapping; NULL with errno set when it cannot map.
+ * Its previous contents are not cleared.  *mapped_size is what to hand
+ * back to buffer_pool_put.
+ */
+void *buffer_pool_get (struct buffer_pool *, size_t size,
+                       size_t *mapped_size);
+void buffer_pool_put (struct buffer_pool *, void *data, size_t mapped_size);
+
+/* Bytes of spare mappings held now. */
+uint64_t buffer_pool_idle_bytes (struct buffer_pool *);
+
+#endif /* PLUGQ_BUFFER_POOL_H */

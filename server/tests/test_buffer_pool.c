@@ -1,0 +1,115 @@
+/* plugq: unit tests for a disk's pool of spare large-buffer mappings. */
+#include <config.h>
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "buffer_pool.h"
+#include "tap.h"
+
+#define KiB ((size_t) 1024)
+#define MiB (1024 * KiB)
+
+/* The kernel still maps [p, p + size): mincore fails with ENOMEM over
+ * any unmapped page.
+ */
+static bool
+is_mapped (void *p, size_t size)
+{
+  unsigned char vec[4096];
+
+  if (size / (size_t) getpagesize () > sizeof vec)
+    size = sizeof vec * (size_t) getpagesize ();
+  return mincore (p, size, vec) == 0;
+}
+
+static void
+test_reuse (void)
+{
+  struct buffer_pool *pool = buffer_pool_new (16 * MiB);
+  size_t got1, got2, got3;
+  void *a, *b, *c;
+  bool ok;
+
+  a = buffer_pool_get (pool, 600 * KiB, &got1);
+  ok = CHECK (a != NULL) && CHECK (got1 == MiB)
+    && CHECK ((uintptr_t) a % (uintptr_t) getpagesize () == 0);
+  if (ok) {
+    memset (a, 'a', 600 * KiB);
+    buffer_pool_put (pool, a, got1);
+    ok = CHECK (buffer_pool_idle_bytes (pool) == MiB);
+  }
+  b = buffer_pool_get (pool, MiB, &got2);
+  ok = ok && CHECK (b == a) && CHECK (got2 == MiB)
+    && CHECK (buffer_pool_idle_bytes (pool) == 0);
+  /* Another class is not served from this one's spares. */
+  if (ok)
+    buffer_pool_put (pool, b, got2);
+  c = buffer_pool_get (pool, 200 * KiB, &got3);
+  ok = ok && CHECK (c != NULL && c != a) && CHECK (got3 == 256 * KiB)
+    && CHECK (buffer_pool_idle_bytes (pool) == MiB);
+  if (c)
+    buffer_pool_put (pool, c, got3);
+  buffer_pool_free (pool);
+  ok = ok && CHECK (!is_mapped (a, MiB));
+  tap_ok (ok, "a freed 1 MiB mapping serves the next buffer of its class,"
+          " not another class, and goes back to the kernel with the pool");
+}
+
+#define MANY 5
+
+static void
+test_idle_limit (void)
+{
+  struct buffer_pool *pool = buffer_pool_new (3 * MiB);
+  void *v[MANY];
+  size_t got[MANY];
+  bool ok = true;
+
+  for (int i = 0; i < MANY; i++) {
+    v[i] = buffer_pool_get (pool, MiB, &got[i]);
+    ok = ok && CHECK (v[i] != NULL);
+  }
+  for (int i = 0; ok && i < MANY; i++)
+    buffer_pool_put (pool, v[i], got[i]);
+  ok = ok && CHECK (buffer_pool_idle_bytes (pool) == 3 * MiB);
+  for (int i = 0; ok && i < MANY; i++)
+    ok = CHECK (is_mapped (v[i], MiB) == (i < 3));
+  buffer_pool_free (pool);
+  tap_ok (ok, "with a 3 MiB limit, 3 of 5 freed 1 MiB mappings are kept"
+          " and the rest unmapped");
+}
+
+static void
+test_beyond_largest_class (void)
+{
+  struct buffer_pool *pool = buffer_pool_new (256 * MiB);
+  size_t size = BUFFER_POOL_MAX + 4096, got;
+  void *p = buffer_pool_get (pool, size, &got);
+  bool ok = CHECK (p != NULL) && CHECK (got == size);
+
+  if (ok) {
+    memset (p, 'x', size);
+    buffer_pool_put (pool, p, got);
+    ok = CHECK (buffer_pool_idle_bytes (pool) == 0)
+      && CHECK (!is_mapped (p, size));
+  }
+  buffer_pool_free (pool);
+  tap_ok (ok, "a buffer past the largest class is mapped for itself and"
+          " unmapped when freed");
+}
+
+int
+main (void)
+{
+  tap_plan (3);
+  test_reuse ();
+  test_idle_limit ();
+  test_beyond_largest_class ();
+  return tap_done ();
+}
