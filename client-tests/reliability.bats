@@ -757,20 +757,21 @@ EOF
   note "64 writers: full_waits=$output"
 }
 
-# O_DIRECT needs aligned buffers, and glibc's heap keeps large aligned
-# ones badly: with plugq's 32 MiB mmap threshold, 1 MiB direct writes at
-# QD16 left 1.2 GB resident for a 64 MiB queue.  The bound above, plus
-# the spare mappings a disk keeps for the next large buffers (up to
-# min(queue-bytes, 16M), server/buffer_pool.h).
-@test "reliability: 1 MiB writes at QD16 to a direct=true disk: RSS within queue-bytes plus a fixed overhead" {
+# O_DIRECT needs aligned buffers, and glibc's heap keeps them badly:
+# with plugq's 32 MiB mmap threshold, 1 MiB direct writes at QD16 left
+# 1.2 GB resident for a 64 MiB queue, and 64 KiB ones 200 MB.  The bound
+# above, plus the spare mappings a disk keeps for the next buffers (up
+# to min(queue-bytes, 16M), server/buffer_pool.h).
+direct_writes_rss() {
+  local bs=$1 writes=$2
   skip_if_sanitized_memory
   make_direct_file 128M
   start_plugq -- queue-bytes=16M disk=d file="$DIRECT_FILE" direct=true
-  run pyrun "$(plugq_pid)" "$DIRECT_FILE" <<'EOF'
+  run pyrun "$(plugq_pid)" "$DIRECT_FILE" "$bs" "$writes" <<'EOF'
 import sys
 from relhelp import *
-pid, path = int(sys.argv[1]), sys.argv[2]
-BS, SPAN, WRITES, DEPTH = MiB, 128 * MiB, 1536, 16
+pid, path, BS, WRITES = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+SPAN, DEPTH = 128 * MiB, 16
 QUEUE_BYTES, SPARES, FIXED = 16 * MiB, 16 * MiB, 48 * MiB
 base = proc_kb(pid, "VmRSS")
 h = connect("d", meta=False)
@@ -785,16 +786,24 @@ h.flush()
 hwm = proc_kb(pid, "VmHWM")
 bound = base + (QUEUE_BYTES + SPARES + FIXED) // KiB
 with open(path, "rb") as f:
-    for i in range(WRITES - SPAN // BS, WRITES, 17):
+    for i in range(max(0, WRITES - SPAN // BS), WRITES, 17):
         f.seek((i * BS) % SPAN)
         expect_bytes(f.read(BS), pattern(i % 4, BS), "write %d" % i, (i * BS) % SPAN)
-print("%d writes of 1 MiB: VmRSS baseline %d KiB, peak %d KiB (growth %d KiB), bound %d KiB"
-      % (WRITES, base, hwm, hwm - base, bound))
+print("%d writes of %d KiB: VmRSS baseline %d KiB, peak %d KiB (growth %d KiB), bound %d KiB"
+      % (WRITES, BS // KiB, base, hwm, hwm - base, bound))
 assert hwm <= bound, "peak RSS %d KiB exceeds baseline %d KiB + queue-bytes 16M + spares 16M + 48M = %d KiB" \
     % (hwm, base, bound)
 EOF
-  note "direct 1 MiB: $(grep 'writes of 1 MiB' <<<"$output")"
+  note "direct $((bs / 1024)) KiB: $(grep 'writes of' <<<"$output")"
   assert_success
+}
+
+@test "reliability: 1 MiB writes at QD16 to a direct=true disk: RSS within queue-bytes plus a fixed overhead" {
+  direct_writes_rss $((1024 * 1024)) 1536
+}
+
+@test "reliability: 64 KiB writes at QD16 to a direct=true disk: RSS within queue-bytes plus a fixed overhead" {
+  direct_writes_rss $((64 * 1024)) 24576
 }
 
 @test "reliability: out-of-range requests and unaligned requests on a direct=true disk fail cleanly; the server survives" {

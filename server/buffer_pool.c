@@ -8,7 +8,7 @@
 
 #include "buffer_pool.h"
 
-#define MIN_SHIFT 17                    /* BUFFER_POOL_MIN */
+#define MIN_SHIFT 14                    /* BUFFER_POOL_MIN */
 #define MAX_SHIFT 26                    /* BUFFER_POOL_MAX */
 #define CLASSES (MAX_SHIFT - MIN_SHIFT + 1)
 
@@ -27,6 +27,7 @@ struct buffer_pool {
   struct spare *spares[CLASSES];
   uint64_t idle;
   uint64_t max_idle;
+  unsigned nr_spares;
 };
 
 struct buffer_pool *
@@ -91,6 +92,7 @@ buffer_pool_get (struct buffer_pool *p, size_t size, size_t *mapped_size)
   if ((s = p->spares[c]) != NULL) {
     p->spares[c] = s->next;
     p->idle -= *mapped_size;
+    p->nr_spares--;
   }
   pthread_mutex_unlock (&p->lock);
   return s ? (void *) s : map (*mapped_size);
@@ -104,12 +106,14 @@ buffer_pool_put (struct buffer_pool *p, void *data, size_t mapped_size)
 
   if (c != -1 && mapped_size == (size_t) 1 << (c + MIN_SHIFT)) {
     pthread_mutex_lock (&p->lock);
-    if (p->idle + mapped_size <= p->max_idle) {
+    if (p->idle + mapped_size <= p->max_idle
+        && p->nr_spares < BUFFER_POOL_SPARES) {
       struct spare *s = data;
 
       s->next = p->spares[c];
       p->spares[c] = s;
       p->idle += mapped_size;
+      p->nr_spares++;
       kept = true;
     }
     pthread_mutex_unlock (&p->lock);

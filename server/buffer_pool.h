@@ -1,12 +1,14 @@
-/* plugq: one disk's spare mappings for large aligned write buffers.
+/* plugq: one disk's spare mappings for aligned write buffers.
  * Internal to server/.
  *
- * O_DIRECT needs aligned buffers, and large ones get their own mapping
- * (request.c says why not the heap).  A fresh mapping costs the kernel
- * a zeroed page and a fault per page, and giving it back a TLB
- * shootdown: 1 MiB direct writes ran at a third of the heap's rate.
- * The pool keeps freed mappings, by power-of-two size class, for the
- * next buffer of the class, up to a byte limit; past it they are
+ * O_DIRECT needs aligned buffers, and all but the smallest get their
+ * own mapping (request.c says why not the heap).  A fresh mapping
+ * costs the kernel a zeroed page and a fault per page, and giving it
+ * back a TLB shootdown: 1 MiB direct writes ran at a third of the
+ * heap's rate.  The pool keeps freed mappings, by power-of-two size
+ * class, for the next buffer of the class, up to a byte limit and a
+ * count (each spare is a kernel memory map entry, and a process has
+ * about 65,000 of them: vm.max_map_count); past them they are
  * unmapped.  Each disk has its own pool and lock.
  */
 #ifndef PLUGQ_BUFFER_POOL_H
@@ -18,12 +20,17 @@
 /* Smaller buffers come from malloc; larger than the biggest class are
  * mapped and unmapped each time.
  */
-#define BUFFER_POOL_MIN ((size_t) 128 * 1024)
+#define BUFFER_POOL_MIN ((size_t) 16 * 1024)
 #define BUFFER_POOL_MAX ((size_t) 64 * 1024 * 1024)
+
+/* Spares one pool keeps at most, whatever their size. */
+#define BUFFER_POOL_SPARES 256
 
 struct buffer_pool;
 
-/* Keeps at most max_idle bytes of spare mappings; NULL on ENOMEM. */
+/* Keeps at most max_idle bytes (and BUFFER_POOL_SPARES) of spare
+ * mappings; NULL on ENOMEM.
+ */
 struct buffer_pool *buffer_pool_new (uint64_t max_idle);
 
 /* Unmaps every spare mapping.  Buffers still out must not come back. */

@@ -145,7 +145,7 @@ queue_config_defaults (struct queue_config *c)
   c->write_expire_ns = 5000 * MS;
 }
 
-/* Spare large buffers a disk keeps (buffer_pool.h).  A completed batch
+/* Spare aligned buffers a disk keeps (buffer_pool.h).  A completed batch
  * frees up to max-merge bytes at once and the next writes take them
  * again, so a few batches' worth covers a stream; never more than the
  * queue itself may hold.

@@ -14,10 +14,10 @@
  * size + alignment, so a freed aligned 64 KiB buffer never fits the
  * next one, and a stream of them fragments the heap far past
  * queue-bytes (168 MB resident for an 8 MiB queue, reliability.bats).
- * Large aligned ones are mappings from the disk's pool.  With the mmap
- * threshold plugq sets (heap_tuning.c) they would come from the heap
- * too, and 1 MiB O_DIRECT writes left 1.2 GB resident for a 64 MiB
- * queue.
+ * All but the smallest aligned ones are mappings from the disk's pool:
+ * from the heap (with the mmap threshold plugq sets, heap_tuning.c),
+ * 1 MiB O_DIRECT writes left 1.2 GB resident for a 64 MiB queue and
+ * 64 KiB ones 200 MB.
  */
 static void *
 data_alloc (struct data_buffer *b, uint32_t size, uint32_t align,

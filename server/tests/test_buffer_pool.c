@@ -85,6 +85,32 @@ test_idle_limit (void)
           " and the rest unmapped");
 }
 
+/* Small buffers hit the count before the bytes. */
+static void
+test_spare_count_limit (void)
+{
+  struct buffer_pool *pool = buffer_pool_new (16 * MiB);
+  enum { N = BUFFER_POOL_SPARES + 44 };
+  static void *v[N];
+  size_t got[N];
+  bool ok = true;
+
+  for (int i = 0; i < N; i++) {
+    v[i] = buffer_pool_get (pool, BUFFER_POOL_MIN, &got[i]);
+    ok = ok && CHECK (v[i] != NULL) && CHECK (got[i] == BUFFER_POOL_MIN);
+  }
+  for (int i = 0; ok && i < N; i++)
+    buffer_pool_put (pool, v[i], got[i]);
+  ok = ok && CHECK (buffer_pool_idle_bytes (pool)
+                    == BUFFER_POOL_SPARES * BUFFER_POOL_MIN)
+    && CHECK (is_mapped (v[BUFFER_POOL_SPARES - 1], BUFFER_POOL_MIN))
+    && CHECK (!is_mapped (v[BUFFER_POOL_SPARES], BUFFER_POOL_MIN));
+  buffer_pool_free (pool);
+  tap_ok (ok, "%d freed %zu KiB mappings: %d kept (far under the byte"
+          " limit), the rest unmapped", N, BUFFER_POOL_MIN / KiB,
+          BUFFER_POOL_SPARES);
+}
+
 static void
 test_beyond_largest_class (void)
 {
@@ -107,9 +133,10 @@ test_beyond_largest_class (void)
 int
 main (void)
 {
-  tap_plan (3);
+  tap_plan (4);
   test_reuse ();
   test_idle_limit ();
+  test_spare_count_limit ();
   test_beyond_largest_class ();
   return tap_done ();
 }
