@@ -1,4 +1,4 @@
-/* plugq: one disk's spare mappings for large aligned write buffers. */
+/* plugq: one disk's spare mappings for aligned write buffers. */
 #include <config.h>
 
 #include <pthread.h>

@@ -125,7 +125,7 @@ struct queue {
   struct latched_error error;
 
   struct unplug_timer timer;
-  struct buffer_pool *buffers;  /* spare mappings for large aligned data */
+  struct buffer_pool *buffers;  /* spare mappings for aligned data */
   pthread_t dispatcher;
   bool dispatcher_started;
 
