@@ -54,8 +54,9 @@ build() {
 
 # The unit tests as Makefile.am lists them, so a new one is never left out.
 unit_tests=$(sed -n '/^unit_tests = /,/^[^[:space:]]/{s/^[[:space:]]*\(server\/tests\/[a-z_]*\).*/\1/p}' "$top/Makefile.am" | tr '\n' ' ')
-# Every client suite but the kernel guest (one run of it is enough).
-asan_client_tests=$(cd "$top" && ls client-tests/*.bats | grep -v kernel.bats | tr '\n' ' ')
+# Every client suite but the kernel guest (one run of it is enough), in
+# Makefile.am's order: longest first, so make -j does not end on one.
+asan_client_tests=$(sed -n '/^client_tests = /,/^[^[:space:]]/{s/^[[:space:]]*\(client-tests\/[a-z_-]*\.bats\).*/\1/p}' "$top/Makefile.am" | grep -v kernel.bats | tr '\n' ' ')
 
 stage "gcc -Werror: unit, model and client tests"
 build "$out/gcc" CC=gcc && run_check "$out/gcc"
@@ -94,7 +95,7 @@ if build "$out/asan" CC=gcc CFLAGS="$san" LDFLAGS="-fsanitize=address,undefined"
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   PLUGQ_SANITIZER_LOGS=$sanlogs PLUGQ_SANITIZED=1 \
     run_check "$out/asan" NBDKIT="$top/scripts/nbdkit-sanitized" \
-      TESTS="$unit_tests $asan_client_tests"
+      TESTS="$asan_client_tests $unit_tests"
   if [ -n "$(ls -A "$sanlogs" 2>/dev/null)" ]; then
     echo "FAIL: sanitizer reports from nbdkit + plugq:"
     cat "$sanlogs"/* | head -n 80
