@@ -162,7 +162,7 @@ spare_buffers_max (const struct queue_config *cfg)
 static void timer_fired (void *q, uint64_t deadline_ns);
 static bool batch_reserve (struct queue *q);
 static bool run_queue_here (struct queue *q, int steps, unsigned round);
-static void wait_or_work (struct queue *q);
+static void wait_or_work (struct queue *q, pthread_cond_t *until);
 
 struct queue *
 queue_new (const char *name, struct backend *backend,
@@ -487,7 +487,7 @@ wait_for_space (struct queue *q, uint64_t bytes)
     }
     unplug_locked (q, UNPLUG_FULL);
     q->full_waiters++;
-    wait_or_work (q);
+    wait_or_work (q, &q->progress);
     q->full_waiters--;
   }
 }
@@ -587,8 +587,7 @@ flush_wait_locked (struct queue *q, struct session *s, uint64_t ticket)
    * dispatch thread after it, brings the flush about.
    */
   while (q->flush.done_epoch < ticket)
-    if (!run_queue_here (q, STEPS_HERE, SYNC_ROUND))
-      pthread_cond_wait (&q->flushed, &q->lock);
+    wait_or_work (q, &q->flushed);
   err = q->flush.failed_epoch >= ticket ? q->flush.failed_errno : 0;
   /* Taken even when the flush failed: that answer tells this session. */
   latched = take_latched_error (q, s);
@@ -702,7 +701,7 @@ submit (struct queue *q, struct session *s, struct piece *p, unsigned flags)
   else if (wait) {
     q->dispatched_waiters++;
     while (done.pending > 0)
-      wait_or_work (q);
+      wait_or_work (q, &q->progress);
     q->dispatched_waiters--;
   }
   else if (unplugged)
@@ -1513,12 +1512,14 @@ run_queue_here (struct queue *q, int steps, unsigned round)
   return worked;
 }
 
-/* A request thread that must wait helps first, as long as it can. */
+/* A request thread that must wait helps first, as long as it can, then
+ * sleeps until the condition it waits for is signalled.
+ */
 static void
-wait_or_work (struct queue *q)
+wait_or_work (struct queue *q, pthread_cond_t *until)
 {
   if (!run_queue_here (q, STEPS_HERE, SYNC_ROUND))
-    pthread_cond_wait (&q->progress, &q->lock);
+    pthread_cond_wait (until, &q->lock);
 }
 
 static void *

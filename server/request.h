@@ -31,8 +31,8 @@ struct data_buffer {
 };
 
 /* A copy of src; its data aligned to align (a power of 2) when that is
- * more than 1, as O_DIRECT needs.  Large aligned buffers come from pool
- * and go back to it.
+ * more than 1, as O_DIRECT needs.  Aligned buffers of BUFFER_POOL_MIN
+ * or more come from pool and go back to it.
  */
 struct data_buffer *data_buffer_new (const void *src, uint32_t size,
                                      uint32_t align,

@@ -1,7 +1,6 @@
-/* plugq: unit tests for a disk's pool of spare large-buffer mappings. */
+/* plugq: unit tests for a disk's pool of spare buffer mappings. */
 #include <config.h>
 
-#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
