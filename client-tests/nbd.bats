@@ -5,7 +5,8 @@
 # plugq sent it (merged writes, FLUSH, Zero vs Write, Trim).  Covers
 # pass-through and emulation of zero and trim, extents, size and block
 # size from the remote, a volume of two remotes, a remote write error
-# (ack=queued latches it, ack=dispatched returns it), a remote that dies,
+# (ack=queued latches it, ack=dispatched returns it), a remote short of
+# memory for a while (the write-out is retried), a remote that dies,
 # reconnect= to a new remote on the same socket (refused while it offers
 # less than the first one did, taken but not widened when it offers
 # more), and bad URIs.
@@ -586,6 +587,33 @@ h1.flush()
 expect_file(R, 128 * KiB, pattern(3, 4096), "remote file after recovery")
 expect_file(R, 0, pattern(1, 4096), "remote file, first write")
 EOF
+}
+
+@test "nbd: a remote out of memory for a while: the write-out is retried, nothing is lost" {
+  make_file "$T/r.img" 1M
+  start_remote r --filter=error file "$T/r.img" \
+    error-pwrite-rate=100% error-pwrite=ENOMEM error-pwrite-file="$T/inject"
+  start_plugq ack=queued stats="$T/stats.json" stats-interval=20ms \
+    disk=r nbd="$(ruri r)"
+  pyrun "$T/r.img" "$T/inject" "$T/stats.json" <<'EOF'
+import os, sys
+from nbdremote import *
+R, INJECT, STATS = sys.argv[1:4]
+h1 = connect("r")
+h2 = connect("r")
+open(INJECT, "w").close()
+h1.pwrite(pattern(1, 4096), 64 * KiB)       # answered: queued
+poll(lambda: stat(load_stats(STATS), "r", "writeback_retries") >= 2, 10,
+     "plugq retrying the write-out the remote refused for memory")
+expect_read(h2, 64 * KiB, pattern(1, 4096), "read while the write-out waits to retry")
+os.unlink(INJECT)
+h1.flush()      # no error: the data was never lost
+h2.flush()
+expect_file(R, 64 * KiB, pattern(1, 4096), "remote file after the FLUSH")
+EOF
+  stop_plugq
+  run stats_value "$T/stats.json" r latched_errors
+  assert_output 0
 }
 
 @test "nbd: a remote write error with ack=dispatched fails the write itself" {

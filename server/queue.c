@@ -44,6 +44,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "buffer_pool.h"
 #include "elevator.h"
@@ -106,6 +107,7 @@ struct queue {
   uint32_t nr_batches;
   uint32_t max_in_flight;       /* batches taken at once */
   struct batch *spare_batches;  /* finished, for the next to reuse */
+  struct batch *retrying;       /* in flight, waiting to be tried again */
   struct elevator_state elevator;
   uint32_t nr_queued;
   uint64_t queued_bytes;
@@ -132,6 +134,18 @@ struct queue {
   struct queue_stats stats;
 };
 
+/* For timed waits on CLOCK_MONOTONIC, the clock of monotonic_ns. */
+static void
+cond_init_monotonic (pthread_cond_t *cond)
+{
+  pthread_condattr_t attr;
+
+  pthread_condattr_init (&attr);
+  pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
+  pthread_cond_init (cond, &attr);
+  pthread_condattr_destroy (&attr);
+}
+
 void
 queue_config_defaults (struct queue_config *c)
 {
@@ -143,6 +157,7 @@ queue_config_defaults (struct queue_config *c)
   c->queue_bytes = 64 * 1024 * 1024;
   c->queue_requests = 256;
   c->write_expire_ns = 5000 * MS;
+  c->retry_ns = 10000 * MS;
 }
 
 /* Spare aligned buffers a disk keeps (buffer_pool.h).  A completed batch
@@ -187,7 +202,7 @@ queue_new (const char *name, struct backend *backend,
     q->merge_limit = backend->max_write;
   q->index = session_register_queue ();
   pthread_mutex_init (&q->lock, NULL);
-  pthread_cond_init (&q->dispatch_wake, NULL);
+  cond_init_monotonic (&q->dispatch_wake);
   pthread_cond_init (&q->progress, NULL);
   pthread_cond_init (&q->flushed, NULL);
   RB_INIT (&q->by_offset);
@@ -990,6 +1005,10 @@ struct batch {
   uint32_t iov_room;
   struct iovec inline_iov[BATCH_INLINE_IOV];
   struct backend_io io;
+  struct batch *next_retry;     /* on the queue's retrying list */
+  uint64_t first_failed_ns;     /* 0: has not failed for want of memory */
+  uint64_t retry_delay_ns;
+  uint64_t retry_at_ns;
 };
 
 static size_t
@@ -1220,6 +1239,63 @@ batch_run_sync (struct backend *be, const struct backend_io *io)
 }
 
 
+/* A write-out that failed for want of memory (here, in libnbd, on a
+ * remote server or in the kernel) is tried again, backing off, while
+ * its pieces stay in flight: reads still see them, no newer write over
+ * the same bytes can overtake them, and a FLUSH waits for them.  Only a
+ * shortage that outlasts retry_ns costs answered data, and is latched.
+ */
+#define RETRY_FIRST_NS (1 * MS)
+#define RETRY_MAX_NS (1000 * MS)
+
+static bool
+batch_retry_later (struct queue *q, struct batch *b, uint64_t now)
+{
+  if (b->first_failed_ns == 0) {
+    b->first_failed_ns = now;
+    b->retry_delay_ns = RETRY_FIRST_NS;
+    log_error ("%s: write-out of %" PRIu64 " bytes at %" PRIu64 " short of"
+               " memory, trying again", q->name, b->bytes, b->offset);
+  }
+  else if (now - b->first_failed_ns >= q->cfg.retry_ns)
+    return false;
+  else if (b->retry_delay_ns < RETRY_MAX_NS)
+    b->retry_delay_ns *= 2;
+  b->retry_at_ns = now + b->retry_delay_ns;
+  b->next_retry = q->retrying;
+  q->retrying = b;
+  q->stats.writeback_retries++;
+  pthread_cond_signal (&q->dispatch_wake);
+  return true;
+}
+
+/* Under the lock: a batch whose retry time has come, taken off the list. */
+static struct batch *
+retry_due (struct queue *q)
+{
+  uint64_t now = monotonic_ns ();
+
+  for (struct batch **link = &q->retrying; *link; link = &(*link)->next_retry)
+    if ((*link)->retry_at_ns <= now) {
+      struct batch *b = *link;
+
+      *link = b->next_retry;
+      return b;
+    }
+  return NULL;
+}
+
+static uint64_t
+next_retry_ns (const struct queue *q)
+{
+  uint64_t first = UINT64_MAX;
+
+  for (const struct batch *b = q->retrying; b; b = b->next_retry)
+    if (b->retry_at_ns < first)
+      first = b->retry_at_ns;
+  return first;
+}
+
 /* Under the lock: the batch is on the backend (or failed).  The caller
  * wakes the waiters (batch_wake), once for however many batches it
  * completed.
@@ -1232,6 +1308,8 @@ batch_complete (struct queue *q, struct batch *b, int err)
   struct piece *p;
   bool latched = false;
 
+  if (err == ENOMEM && batch_retry_later (q, b, now))
+    return;
   c->backend_ops++;
   c->backend_bytes += b->bytes;
   c->merges += b->requests - 1;
@@ -1425,6 +1503,13 @@ dispatch_step (struct queue *q, unsigned round)
 {
   struct batch *b;
 
+  if (q->retrying && (b = retry_due (q)) != NULL) {
+    if (q->backend->ops->submit)
+      batch_submit (q, b);
+    else
+      dispatch_round (q, b, 1);
+    return true;
+  }
   if (flush_due (q)) {
     backend_flush_locked (q);
     return true;
@@ -1455,7 +1540,7 @@ dispatch_step (struct queue *q, unsigned round)
 static bool
 dispatcher_needed (const struct queue *q)
 {
-  return q->stopping || flush_due (q)
+  return q->stopping || flush_due (q) || q->retrying
     || (can_dispatch (q) && !should_replug (q));
 }
 
@@ -1522,6 +1607,23 @@ wait_or_work (struct queue *q, pthread_cond_t *until)
     pthread_cond_wait (until, &q->lock);
 }
 
+/* Until woken, or until a retry is due.  A retry already due waits for
+ * the token's holder, whose release wakes this thread.
+ */
+static void
+dispatcher_sleep (struct queue *q)
+{
+  uint64_t until = next_retry_ns (q);
+  struct timespec ts = {
+    .tv_sec = until / 1000000000, .tv_nsec = until % 1000000000,
+  };
+
+  if (until == UINT64_MAX || until <= monotonic_ns ())
+    pthread_cond_wait (&q->dispatch_wake, &q->lock);
+  else
+    pthread_cond_timedwait (&q->dispatch_wake, &q->lock, &ts);
+}
+
 static void *
 dispatch_thread (void *arg)
 {
@@ -1540,7 +1642,7 @@ dispatch_thread (void *arg)
       if (q->nr_queued == 0 && q->nr_batches == 0 && q->stopping)
         break;
     }
-    pthread_cond_wait (&q->dispatch_wake, &q->lock);
+    dispatcher_sleep (q);
   }
   pthread_mutex_unlock (&q->lock);
   return NULL;

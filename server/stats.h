@@ -60,6 +60,7 @@ struct queue_stats {
   uint64_t requests_dispatched; /* pieces dispatched, for IOs per unplug */
   uint64_t full_waits;          /* writers that waited for queue space */
   uint64_t latched_errors;
+  uint64_t writeback_retries;   /* write-outs tried again for memory */
   uint64_t queued_requests;     /* now */
   uint64_t queued_bytes;        /* now */
   uint64_t in_flight;           /* now */

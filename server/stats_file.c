@@ -195,6 +195,7 @@ disk_json (struct queue *q)
       || set (o, "pieces_dispatched", num (st.requests_dispatched)) == -1
       || set (o, "full_waits", num (st.full_waits)) == -1
       || set (o, "latched_errors", num (st.latched_errors)) == -1
+      || set (o, "writeback_retries", num (st.writeback_retries)) == -1
       || set (o, "queued_requests", num (st.queued_requests)) == -1
       || set (o, "queued_bytes", num (st.queued_bytes)) == -1
       || set (o, "in_flight", num (st.in_flight)) == -1

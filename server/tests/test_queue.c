@@ -1274,6 +1274,75 @@ test_dispatch_without_memory (void)
           MODE);
 }
 
+/* A write-out that fails for want of memory is tried again: memory
+ * comes back, and the data was answered.  Only a shortage that outlasts
+ * retry_ns is latched, as any other write-back error.
+ */
+static void
+test_writeback_retried_without_memory (void)
+{
+  struct queue_config cfg = test_config (HOUR, 1000);
+  struct session *a = NULL;
+  struct queue_stats s;
+  struct test_rig r;
+  int r1 = -1, e1 = 0;
+  bool ok;
+
+  ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
+  ok = ok && CHECK ((a = session_new ()) != NULL);
+  if (ok) {
+    test_backend_fail (r.d[0].tb, TB_PWRITEV, 3, ENOMEM);
+    ok = CHECK (test_write_fill (r.d[0].q, a, 'a', 4 * KiB, 0, 0) == 0);
+  }
+  if (ok) {
+    r1 = queue_flush (r.d[0].q, a);
+    e1 = errno;
+    s = test_stats (r.d[0].q);
+    ok = CHECK (test_backend_holds (r.d[0].tb, 'a', 4 * KiB, 0));
+    ok &= CHECK (s.latched_errors == 0 && s.op[OP_WRITE].errors == 0);
+    ok &= CHECK (s.writeback_retries == 3);
+    ok &= CHECK (test_backend_count (r.d[0].tb, TB_PWRITEV) == 4);
+  }
+  test_rig_stop (&r);
+  session_free (a);
+  tap_ok (ok && r1 == 0,
+          "out of memory in write-out, 3 times: retried, written, the FLUSH"
+          " succeeds and nothing is latched (got %s)%s", outcome (r1, e1),
+          MODE);
+}
+
+static void
+test_writeback_memory_shortage_latched (void)
+{
+  struct queue_config cfg = test_config (HOUR, 1000);
+  struct session *a = NULL;
+  struct test_rig r;
+  int r1 = 0, e1 = 0, r2 = -1;
+  bool ok;
+
+  cfg.retry_ns = 50 * MS;
+  ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
+  ok = ok && CHECK ((a = session_new ()) != NULL);
+  if (ok) {
+    test_backend_fail (r.d[0].tb, TB_PWRITEV, 1000000, ENOMEM);
+    ok = CHECK (test_write_fill (r.d[0].q, a, 'a', 4 * KiB, 0, 0) == 0);
+  }
+  if (ok) {
+    r1 = queue_flush (r.d[0].q, a);
+    e1 = errno;
+    test_backend_fail (r.d[0].tb, TB_PWRITEV, 0, 0);
+    r2 = queue_flush (r.d[0].q, a);
+    ok = CHECK (test_stats (r.d[0].q).latched_errors == 1);
+    ok &= CHECK (test_stats (r.d[0].q).writeback_retries >= 2);
+  }
+  test_rig_stop (&r);
+  session_free (a);
+  tap_ok (ok && r1 == -1 && e1 == ENOMEM && r2 == 0,
+          "out of memory in write-out past retry_ns: latched, the FLUSH"
+          " gets ENOMEM, the next 0 (got %s, then %d)%s", outcome (r1, e1),
+          r2, MODE);
+}
+
 /* ------------------------------------------------------------ refusals */
 
 static void
@@ -1893,6 +1962,8 @@ static void (*const every_mode[]) (void) = {
   test_flush_failure,
   test_flush_failure_reaches_other_sessions,
   test_dispatch_without_memory,
+  test_writeback_retried_without_memory,
+  test_writeback_memory_shortage_latched,
   test_slow_disk_isolation,
 };
 
