@@ -1065,11 +1065,15 @@ test_lone_dispatched_writer (void)
     took = monotonic_ns () - start;
     ok = ok && CHECK (took < 5000 * MS);
     ok = ok && CHECK (test_backend_holds (r.d[0].tb, 'w', 4 * KiB, 0));
+    /* Its own arrival sent it out, as a FUA does: no timer. */
+    ok = ok && CHECK (test_stats (r.d[0].q).unplugs[UNPLUG_TIMER] == 0);
+    ok = ok && CHECK (test_stats (r.d[0].q).unplugs[UNPLUG_SYNC] == 1);
   }
   test_rig_stop (&r);
   session_free (a);
-  tap_ok (ok, "ack=dispatched: a lone write is answered in %" PRIu64
-          " ms with unplug-delay=60s%s", took / MS, MODE);
+  tap_ok (ok, "ack=dispatched: a lone write unplugs the queue itself"
+          " (answered in %" PRIu64 " ms, unplug-delay=60s)%s", took / MS,
+          MODE);
 }
 
 /* An ack=dispatched write that arrives while the queue is busy must not
@@ -1099,12 +1103,13 @@ test_dispatched_writer_behind_busy_backend (void)
   test_backend_release (r.d[0].tb, TB_PWRITEV);
   ok = ok && CHECK (test_thread_wait (&t0) && t0.result == 0);
   ok = ok && CHECK (test_thread_wait (&t1) && t1.result == 0);
+  ok = ok && CHECK (test_stats (w1.q).unplugs[UNPLUG_TIMER] == 0);
   test_backend_release_all (r.d[0].tb);
   test_thread_join (&t0);
   test_thread_join (&t1);
   test_rig_stop (&r);
   tap_ok (ok, "ack=dispatched: a write queued behind a busy backend goes"
-          " out when it is free, not after unplug-delay=60s%s", MODE);
+          " out when it is free, with no timer%s", MODE);
 }
 
 /* FUA reports a latched error, like FLUSH. */
