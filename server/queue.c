@@ -988,6 +988,7 @@ struct batch {
   enum op_kind kind;
   bool may_trim;
   uint64_t issued_ns;
+  uint64_t finished_ns;         /* its backend operation, not the round */
   struct iovec *iov;            /* room for every piece */
   uint32_t iov_room;
   struct iovec inline_iov[BATCH_INLINE_IOV];
@@ -1290,7 +1291,7 @@ next_retry_ns (const struct queue *q)
 static void
 batch_complete (struct queue *q, struct batch *b, int err)
 {
-  uint64_t now = monotonic_ns ();
+  uint64_t now = b->finished_ns;
   struct op_counters *c = &q->stats.op[b->kind];
   struct piece *p;
   bool latched = false;
@@ -1340,6 +1341,8 @@ batch_done (struct backend_io *io, int err)
   struct batch *b = (struct batch *) ((char *) io
                                       - offsetof (struct batch, io));
   struct queue *q = b->q;
+
+  b->finished_ns = monotonic_ns ();
 
   pthread_mutex_lock (&q->lock);
   batch_complete (q, b, err);
@@ -1422,6 +1425,7 @@ dispatch_round (struct queue *q, struct batch *first, unsigned limit)
     batch_prepare (round[i]);
     if (batch_run_sync (q->backend, &round[i]->io) == -1)
       err[i] = errno ? errno : EIO;
+    round[i]->finished_ns = monotonic_ns ();
   }
   pthread_mutex_lock (&q->lock);
   for (unsigned i = 0; i < n; i++)

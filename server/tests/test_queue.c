@@ -1348,6 +1348,49 @@ test_writeback_memory_shortage_latched (void)
           r2, MODE);
 }
 
+/* dispatch_time is each backend operation's own duration, even when one
+ * hold of the lock sends out several: a fast write followed by one held
+ * for 100 ms is not counted as two slow ones.
+ */
+static void
+test_dispatch_time_per_operation (void)
+{
+  struct queue_config cfg = test_config (HOUR, 1000);
+  struct test_thread t = TEST_THREAD_INIT;
+  struct flush_job f;
+  struct latency_histogram h = { 0 };
+  struct test_rig r;
+  uint64_t held;
+  bool ok;
+
+  ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
+  f = (struct flush_job) { .q = r.d[0].q };
+  ok = ok && CHECK (test_write_fill (r.d[0].q, NULL, 'a', 4 * KiB, 0, 0) == 0);
+  ok = ok && CHECK (test_write_fill (r.d[0].q, NULL, 'b', 4 * KiB, MiB,
+                                     0) == 0);
+  if (ok)
+    test_backend_block (r.d[0].tb, TB_PWRITEV);
+  ok = ok && CHECK (test_thread_start (&t, flush_job_run, &f) == 0);
+  ok = ok && CHECK (test_backend_wait_entered (r.d[0].tb, TB_PWRITEV, 1));
+  if (ok)
+    test_backend_step (r.d[0].tb, TB_PWRITEV, 1);
+  ok = ok && CHECK (test_backend_wait_entered (r.d[0].tb, TB_PWRITEV, 2));
+  held = monotonic_ns ();
+  while (ok && monotonic_ns () - held < 100 * MS)
+    test_poll_step ();          /* the second write takes 100 ms */
+  test_backend_release_all (r.d[0].tb);
+  ok = ok && CHECK (test_thread_wait (&t) && t.result == 0);
+  test_thread_join (&t);
+  if (ok) {
+    h = test_stats (r.d[0].q).dispatch_time;
+    ok = CHECK (h.count == 2);
+  }
+  test_rig_stop (&r);
+  tap_ok (ok && h.total_us >= 100000 && h.total_us < 150000,
+          "dispatch time: a fast write and one held 100 ms add up to"
+          " %" PRIu64 " ms, not twice 100%s", h.total_us / 1000, MODE);
+}
+
 /* ------------------------------------------------------------ refusals */
 
 static void
@@ -1969,6 +2012,7 @@ static void (*const every_mode[]) (void) = {
   test_dispatch_without_memory,
   test_writeback_retried_without_memory,
   test_writeback_memory_shortage_latched,
+  test_dispatch_time_per_operation,
   test_slow_disk_isolation,
 };
 
