@@ -3,7 +3,8 @@
 #   gcc   -Werror build: unit, model and all Bats client tests
 #   clang -Werror build (warnings only)
 #   make dist: the source tarball, checked by scripts/check-dist.sh
-#   ASan+UBSan build: unit and model tests
+#   ASan+UBSan build: unit, model and client tests but the kernel guest;
+#     the real-client scenarios in two of their four combinations
 #   TSan build: every unit and model test (most of them run threads)
 #   libFuzzer: the queue fuzzer over its corpus, briefly
 # Ends with one line "N passed, N failed, N skipped" over all of them.
