@@ -134,18 +134,6 @@ struct queue {
   struct queue_stats stats;
 };
 
-/* For timed waits on CLOCK_MONOTONIC, the clock of monotonic_ns. */
-static void
-cond_init_monotonic (pthread_cond_t *cond)
-{
-  pthread_condattr_t attr;
-
-  pthread_condattr_init (&attr);
-  pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
-  pthread_cond_init (cond, &attr);
-  pthread_condattr_destroy (&attr);
-}
-
 void
 queue_config_defaults (struct queue_config *c)
 {

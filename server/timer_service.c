@@ -27,6 +27,17 @@ monotonic_ns (void)
   return (uint64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+void
+cond_init_monotonic (pthread_cond_t *cond)
+{
+  pthread_condattr_t attr;
+
+  pthread_condattr_init (&attr);
+  pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
+  pthread_cond_init (cond, &attr);
+  pthread_condattr_destroy (&attr);
+}
+
 /* libev's timers run on the loop's own clock; convert our absolute
  * monotonic deadline into a fresh relative delay each time.
  */

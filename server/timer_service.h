@@ -10,6 +10,7 @@
 #ifndef PLUGQ_TIMER_SERVICE_H
 #define PLUGQ_TIMER_SERVICE_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -60,10 +61,14 @@ bool unplug_timer_claim (struct unplug_timer *, uint64_t deadline_ns);
 
 uint64_t monotonic_ns (void);
 
+/* A condition variable whose timed waits take monotonic_ns deadlines, so
+ * a wall clock step cannot stretch or cut them.
+ */
+void cond_init_monotonic (pthread_cond_t *);
+
 /* pthread_create with every signal blocked in the new thread, so nbdkit's
  * threads keep receiving SIGTERM and SIGINT.
  */
-#include <pthread.h>
 int engine_thread_create (pthread_t *, void *(*fn) (void *), void *arg);
 
 /* A libev loop for an engine thread, or NULL.  It must survive a

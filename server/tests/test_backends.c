@@ -67,20 +67,6 @@ deadline_after_ms (unsigned ms)
   return ts;
 }
 
-/* Condition variables that time out on the monotonic clock, so a wall
- * clock step cannot stretch or cut a bounded wait.
- */
-static void
-cond_init_monotonic (pthread_cond_t *c)
-{
-  pthread_condattr_t attr;
-
-  pthread_condattr_init (&attr);
-  pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
-  pthread_cond_init (c, &attr);
-  pthread_condattr_destroy (&attr);
-}
-
 void
 test_poll_step (void)
 {
