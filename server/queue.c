@@ -121,7 +121,6 @@ struct queue {
   uint32_t full_waiters;
   uint32_t dispatched_waiters;  /* ack=dispatched writers not yet answered */
   bool stopping;
-  uint64_t plug_deadline_ns;
 
   struct flush_state flush;
   struct latched_error error;
@@ -232,7 +231,7 @@ plug (struct queue *q)
 {
   q->plugged = true;
   q->stats.plugs++;
-  q->plug_deadline_ns = unplug_timer_arm (&q->timer, q->cfg.unplug_delay_ns);
+  unplug_timer_arm (&q->timer, q->cfg.unplug_delay_ns);
   if (log_queue_events)
     log_debug ("%s: plug (%" PRIu32 " queued)", q->name, q->nr_queued);
 }
