@@ -44,7 +44,6 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "buffer_pool.h"
 #include "elevator.h"
@@ -1588,14 +1587,11 @@ static void
 dispatcher_sleep (struct queue *q)
 {
   uint64_t until = next_retry_ns (q);
-  struct timespec ts = {
-    .tv_sec = until / 1000000000, .tv_nsec = until % 1000000000,
-  };
 
   if (until == UINT64_MAX || until <= monotonic_ns ())
     pthread_cond_wait (&q->dispatch_wake, &q->lock);
   else
-    pthread_cond_timedwait (&q->dispatch_wake, &q->lock, &ts);
+    cond_wait_until (&q->dispatch_wake, &q->lock, until);
 }
 
 static void *

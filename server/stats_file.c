@@ -410,13 +410,6 @@ stats_file_write_now (struct stats_file *sf)
   return r;
 }
 
-static struct timespec
-timespec_of (uint64_t ns)
-{
-  return (struct timespec) { .tv_sec = ns / 1000000000,
-                             .tv_nsec = ns % 1000000000 };
-}
-
 static void *
 writer_thread (void *arg)
 {
@@ -425,7 +418,6 @@ writer_thread (void *arg)
 
   pthread_mutex_lock (&sf->lock);
   while (!sf->stopping) {
-    struct timespec next;
     uint64_t now;
 
     pthread_mutex_unlock (&sf->lock);
@@ -439,9 +431,8 @@ writer_thread (void *arg)
     now = monotonic_ns ();
     if (next_ns < now)
       next_ns = now + sf->interval_ns;
-    next = timespec_of (next_ns);
     while (!sf->stopping
-           && pthread_cond_timedwait (&sf->wake, &sf->lock, &next) == 0)
+           && cond_wait_until (&sf->wake, &sf->lock, next_ns) == 0)
       ;
   }
   pthread_mutex_unlock (&sf->lock);
@@ -462,7 +453,6 @@ stats_file_start (const char *path, uint64_t interval_ns,
                   struct linear **exports, size_t nr_exports)
 {
   struct stats_file *sf;
-  pthread_condattr_t attr;
   int err;
 
   sf = calloc (1, sizeof *sf);
@@ -484,10 +474,7 @@ stats_file_start (const char *path, uint64_t interval_ns,
 
   pthread_mutex_init (&sf->lock, NULL);
   pthread_mutex_init (&sf->write_lock, NULL);
-  pthread_condattr_init (&attr);
-  pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
-  pthread_cond_init (&sf->wake, &attr);
-  pthread_condattr_destroy (&attr);
+  cond_init_monotonic (&sf->wake);
 
   if (engine_thread_create (&sf->thread, writer_thread, sf) == -1) {
     err = errno;

@@ -38,6 +38,17 @@ cond_init_monotonic (pthread_cond_t *cond)
   pthread_condattr_destroy (&attr);
 }
 
+int
+cond_wait_until (pthread_cond_t *cond, pthread_mutex_t *lock,
+                 uint64_t deadline_ns)
+{
+  struct timespec ts = {
+    .tv_sec = deadline_ns / 1000000000, .tv_nsec = deadline_ns % 1000000000,
+  };
+
+  return pthread_cond_timedwait (cond, lock, &ts);
+}
+
 /* libev's timers run on the loop's own clock; convert our absolute
  * monotonic deadline into a fresh relative delay each time.
  */

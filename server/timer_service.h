@@ -62,9 +62,12 @@ bool unplug_timer_claim (struct unplug_timer *, uint64_t deadline_ns);
 uint64_t monotonic_ns (void);
 
 /* A condition variable whose timed waits take monotonic_ns deadlines, so
- * a wall clock step cannot stretch or cut them.
+ * a wall clock step cannot stretch or cut them, and such a wait: the
+ * result of pthread_cond_timedwait (ETIMEDOUT once deadline_ns passed).
  */
 void cond_init_monotonic (pthread_cond_t *);
+int cond_wait_until (pthread_cond_t *, pthread_mutex_t *,
+                     uint64_t deadline_ns);
 
 /* pthread_create with every signal blocked in the new thread, so nbdkit's
  * threads keep receiving SIGTERM and SIGINT.
