@@ -2,8 +2,9 @@
 # Real clients against plugq: qemu-img, qemu-io, nbdcopy, nbdinfo and fio's
 # nbd engine.  Every scenario runs four times: on a plain file disk and on a
 # linear volume of two file disks (48 MiB + 80 MiB, so I/O crosses the
-# member boundary at 48 MiB), each with ack=queued and ack=dispatched.  The
-# test name says which: [disk|vol, ack=queued|dispatched].
+# member boundary at 48 MiB), each with ack=queued and ack=dispatched (two
+# of the four under the sanitizers: combo_start).  The test name says
+# which: [disk|vol, ack=queued|dispatched].
 #
 # Every server serves the same exports: d (one 128 MiB file), a (48 MiB),
 # b (80 MiB) and vol = a,b (128 MiB).  A scenario uses d or vol; after

@@ -53,11 +53,14 @@ build() {
   fi
 }
 
-# The unit tests as Makefile.am lists them, so a new one is never left out.
-unit_tests=$(sed -n '/^unit_tests = /,/^[^[:space:]]/{s/^[[:space:]]*\(server\/tests\/[a-z_]*\).*/\1/p}' "$top/Makefile.am" | tr '\n' ' ')
-# Every client suite but the kernel guest (one run of it is enough), in
-# Makefile.am's order: longest first, so make -j does not end on one.
-asan_client_tests=$(sed -n '/^client_tests = /,/^[^[:space:]]/{s/^[[:space:]]*\(client-tests\/[a-z_-]*\.bats\).*/\1/p}' "$top/Makefile.am" | grep -v kernel.bats | tr '\n' ' ')
+# am_list NAME: the entries of Makefile.am's list NAME, one per line, in
+# its order (longest first), so a new test is never left out.
+am_list() {
+  sed -n "/^$1 = /,/^[^[:space:]]/{s/^[[:space:]]\{1,\}\([^[:space:]\\]\{1,\}\).*/\1/p}" "$top/Makefile.am"
+}
+unit_tests=$(am_list unit_tests | tr '\n' ' ')
+# Every client suite but the kernel guest (one run of it is enough).
+asan_client_tests=$(am_list client_tests | grep -v kernel.bats | tr '\n' ' ')
 
 stage "gcc -Werror: unit, model and client tests"
 build "$out/gcc" CC=gcc && run_check "$out/gcc"
