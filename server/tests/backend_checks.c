@@ -49,13 +49,14 @@ reads_as (struct backend *b, int c, size_t len, uint64_t offset)
     free (buf);
     return CHECK (false);
   }
-  for (i = 0; i < len; i++)
-    if (buf[i] != (unsigned char) c) {
-      printf ("# byte %" PRIu64 " is %#x, expected %#x\n",
-              offset + i, buf[i], (unsigned char) c);
-      ok = false;
-      break;
-    }
+  if (!bytes_all (buf, c, len))
+    for (i = 0; i < len; i++)
+      if (buf[i] != (unsigned char) c) {
+        printf ("# byte %" PRIu64 " is %#x, expected %#x\n",
+                offset + i, buf[i], (unsigned char) c);
+        ok = false;
+        break;
+      }
   free (buf);
   return ok;
 }

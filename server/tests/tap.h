@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int tap_count, tap_failed;
 
@@ -41,6 +42,19 @@ tap_ok (bool ok, const char *fmt, ...)
 #define CHECK(cond) \
   ((cond) ? true : (fprintf (stdout, "# %s:%d: check failed: %s\n", \
                              __FILE__, __LINE__, #cond), false))
+
+/* Whether all len bytes at buf are c.  One memcmp of the buffer against
+ * itself a byte on: the sanitizers check that as one range, where a loop
+ * costs them a check per byte (seconds on the tests' large buffers).
+ */
+static inline bool
+bytes_all (const void *buf, int c, size_t len)
+{
+  const unsigned char *p = buf;
+
+  return len == 0
+    || (p[0] == (unsigned char) c && memcmp (p, p + 1, len - 1) == 0);
+}
 
 static inline int
 tap_done (void)

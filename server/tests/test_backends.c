@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "tap.h"
 #include "test_backends.h"
 #include "timer_service.h"
 
@@ -569,6 +570,8 @@ test_buffer_is (const void *buf, int c, size_t count, uint64_t offset,
 {
   const unsigned char *p = buf;
 
+  if (bytes_all (buf, c, count))
+    return true;
   for (size_t i = 0; i < count; i++)
     if (p[i] != (unsigned char) c) {
       printf ("# %s: byte %#" PRIx64 " is %#x, expected %#x\n",
@@ -584,6 +587,8 @@ test_bytes_equal (const void *got, const void *want, size_t n,
 {
   const unsigned char *g = got, *w = want;
 
+  if (memcmp (got, want, n) == 0)
+    return true;
   for (size_t i = 0; i < n; i++)
     if (g[i] != w[i]) {
       printf ("# %s: byte %#zx is %#x, expected %#x\n", what, i, g[i], w[i]);
