@@ -140,6 +140,20 @@ def target_rows(recs):
                      spread(paired_ratio(mine, cell("nbdkit-file", "disk", wl))), 2))
         rows.append((f"(c) {what}: backend flushes per client flush/FUA",
                      spread([r.get("backend_flushes_per_sync") for r in mine]), None))
+    # What bounds (c) on this machine: a plugin that does no work, and a
+    # perfect group commit with no server in the way.
+    flush32, fua = "randw4k-qd16-flush32", "randw4k-qd16-fua"
+    rows.append(("(c) ceiling, FLUSH every 32 writes: nbdkit null (does no work) / nbdkit file, IOPS",
+                 spread(paired_ratio(cell("nbdkit-null", "disk", flush32),
+                                     cell("nbdkit-file", "disk", flush32))), None))
+    rows.append(("(c) ceiling, FUA on every write: no server, 16 writes per fdatasync "
+                 "(bench/syncbound) / nbdkit file, IOPS",
+                 spread(paired_ratio(cell("syncbound-grouped", "disk", fua),
+                                     cell("nbdkit-file", "disk", fua))), None))
+    rows.append(("(c) FUA on every write: no server, 16 threads of write+fdatasync "
+                 "(bench/syncbound) / nbdkit file, IOPS",
+                 spread(paired_ratio(cell("syncbound-concurrent", "disk", fua),
+                                     cell("nbdkit-file", "disk", fua))), None))
     return rows
 
 
@@ -157,7 +171,8 @@ def raw_quick_table(recs):
         rows.append((r["workload"], r["server"], r["backend"], r["run"], fmt_num(r["iops"]),
                      r.get("lat_us_p50", "–"), r.get("lat_us_p99", "–"),
                      r.get("reqs_per_backend_op", "–"), r.get("backend_flushes_per_sync", "–"),
-                     r.get("other_cpu_pct", "–"), f'{r.get("loadavg_before")} → {r.get("loadavg_after")}'))
+                     r.get("other_cpu_pct", "–"),
+                     f'{r["loadavg_before"]} → {r["loadavg_after"]}' if "loadavg_before" in r else "–"))
     return table(["workload", "server", "backend", "run", "IOPS", "p50 µs", "p99 µs",
                   "client/backend writes", "backend flushes/sync", "other CPU %",
                   "loadavg"], rows)

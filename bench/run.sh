@@ -142,7 +142,28 @@ QUICK_CELLS=(
   "c nbdkit-file disk randw4k-qd16-flush32"
   "c plugq disk randw4k-qd16-fua"
   "c nbdkit-file disk randw4k-qd16-fua"
+  "c nbdkit-null disk randw4k-qd16-flush32"
+  "c syncbound disk randw4k-qd16-fua"
 )
+
+# measure_syncbound RUN: the FUA stream's bounds with no server at all
+# (bench/syncbound fua): 16 threads of write+fdatasync, and one thread
+# grouping 16 writes per fdatasync.  Two results lines, as servers
+# syncbound-concurrent and syncbound-grouped.
+measure_syncbound() {
+  local run=$1 prefix=$OUT/raw/quick-syncbound-r$1 what rate
+  log "quick run $run: syncbound fua, 16 threads"
+  prepare_backing disk 1 "$SIZE"
+  "$BENCH_SRC/syncbound" fua "$WORK" 16 "$RUNTIME" >"$prefix.out" 2>"$prefix.log" ||
+    { log "syncbound failed (see $prefix.log)"; return 0; }
+  for what in concurrent grouped; do
+    rate=$(sed -n "s/.* ${what}[a-z_]*_writes_per_s=\([0-9.]*\).*/\1/p" "$prefix.out")
+    [ -n "$rate" ] || { log "syncbound printed no $what rate"; continue; }
+    $PY "$BENCH_SRC/results.py" emit "$RESULTS" suite=quick run="$run" \
+      server="syncbound-$what" backend=disk workload=randw4k-qd16-fua \
+      runtime="$RUNTIME" iops="$rate"
+  done
+}
 
 suite_quick() {
   local run cell server backend wl
@@ -150,6 +171,7 @@ suite_quick() {
     # fd 3, so a client that reads stdin cannot eat the list.
     while read -r cell <&3; do
       read -r _ server backend wl <<<"$cell"   # the target letter is for readers
+      if [ "$server" = syncbound ]; then measure_syncbound "$run"; continue; fi
       server_supports "$server" "$backend" || { log "skip $cell: no plugin"; continue; }
       measure_cell quick "$run" "$server" "$backend" "$wl"
     done 3< <(ordered "$run" "${QUICK_CELLS[@]}")
@@ -337,7 +359,8 @@ cleanup() {
 }
 
 main() {
-  [ -x "$NBDBENCH" ] || die "build nbdbench first: make -C bench"
+  [ -x "$NBDBENCH" ] && [ -x "$BENCH_SRC/syncbound" ] ||
+    die "build nbdbench and syncbound first: make -C bench"
   [ -z "$PLUGIN" ] || [ -f "$PLUGIN" ] || die "PLUGIN=$PLUGIN does not exist"
   [ -n "$PLUGIN" ] || log "no PLUGIN given: measuring the stock servers only"
   mkdir -p "$OUT" "$WORK" "$SHM"

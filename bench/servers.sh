@@ -9,7 +9,9 @@
 #
 # NAME:    plugq plugq-noop plugq-unplugged (deadline/noop/unplug-thresh=1,
 #          ack=queued) and the same with -dispatched (ack=dispatched);
-#          nbdkit-file nbdkit-memory nbdkit-file-cachewb nbd-server qemu-nbd
+#          nbdkit-file nbdkit-memory nbdkit-file-cachewb nbd-server qemu-nbd;
+#          nbdkit-null (answers at once, stores nothing: the most a plugin
+#          could give on this machine, for reading the issue-3 (c) figures)
 # BACKEND: disk (file on $WORK, page cache), disk-direct (same file with
 #          O_DIRECT), shm (file on /dev/shm), memory (RAM inside the server)
 #
@@ -36,6 +38,7 @@ server_supports() {
     plugq*:disk|plugq*:disk-direct|plugq*:shm|plugq*:memory) ;;
     nbdkit-file:disk|nbdkit-file:shm) ;;
     nbdkit-memory:memory) ;;
+    nbdkit-null:disk) ;;
     nbdkit-file-cachewb:disk) ;;
     nbd-server:disk|nbd-server:shm) ;;
     qemu-nbd:disk|qemu-nbd:disk-direct|qemu-nbd:shm) ;;
@@ -128,7 +131,7 @@ set_uris() {
   for ((i = 0; i < n; i++)); do
     case $name in
       plugq*) ename=d$i ;;
-      nbdkit-memory|nbdkit-file-cachewb) ename='' ;;
+      nbdkit-memory|nbdkit-file-cachewb|nbdkit-null) ename='' ;;
       nbdkit-file) [ "$n" -gt 1 ] && ename=disk$i.img || ename='' ;;
       *) ename=disk$i.img ;;
     esac
@@ -149,6 +152,7 @@ start_server() {
       # shellcheck disable=SC2046 # one word per key=value, by design
       start_nbdkit $(plugq_cmd "$name" "$backend" "$n") ;;
     nbdkit-memory) start_nbdkit memory "$SIZE" ;;
+    nbdkit-null) start_nbdkit null "$SIZE" ;;
     nbdkit-file)
       if [ "$n" -gt 1 ]; then start_nbdkit file dir="$(backing_dir "$backend")"
       else start_nbdkit file "$(backing_path "$backend" 0)"; fi ;;
