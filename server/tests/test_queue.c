@@ -55,6 +55,17 @@ rig_one (struct test_rig *r, const struct queue_config *cfg, uint64_t size)
   return test_rig_one (r, cfg, size, async_mode, writers_mode);
 }
 
+/* Queues 4 KiB of 'a' at 0 for session s (NULL: none), the next
+ * `times` write-outs of the disk failing with err.
+ */
+static bool
+write_failing_writeout (struct test_rig *r, struct session *s,
+                        unsigned times, int err)
+{
+  test_backend_fail (r->d[0].tb, TB_PWRITEV, times, err);
+  return CHECK (test_write_fill (r->d[0].q, s, 'a', 4 * KiB, 0, 0) == 0);
+}
+
 static uint64_t
 total_unplugs (const struct queue_stats *s)
 {
@@ -936,8 +947,7 @@ test_error_latching (void)
   ok = ok && CHECK (queue_flush (r.d[0].q, writer) == 0);
 
   if (ok) {
-    test_backend_fail (r.d[0].tb, TB_PWRITEV, 1, EIO);
-    ok = CHECK (test_write_fill (r.d[0].q, a, 'a', 4 * KiB, 0, 0) == 0);
+    ok = write_failing_writeout (&r, a, 1, EIO);
   }
   if (ok) {
     r1 = queue_flush (r.d[0].q, a);
@@ -996,8 +1006,7 @@ test_error_unseen_reaches_new_session (void)
 
   ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
   if (ok) {
-    test_backend_fail (r.d[0].tb, TB_PWRITEV, 1, EIO);
-    ok = CHECK (test_write_fill (r.d[0].q, NULL, 'a', 4 * KiB, 0, 0) == 0);
+    ok = write_failing_writeout (&r, NULL, 1, EIO);
   }
   if (ok) {
     queue_unplug (r.d[0].q, UNPLUG_TIMER);
@@ -1125,8 +1134,7 @@ test_error_fua (void)
   ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
   ok = ok && CHECK ((a = session_new ()) != NULL);
   if (ok) {
-    test_backend_fail (r.d[0].tb, TB_PWRITEV, 1, EIO);
-    ok = CHECK (test_write_fill (r.d[0].q, a, 'a', 4 * KiB, 0, 0) == 0);
+    ok = write_failing_writeout (&r, a, 1, EIO);
   }
   ok = ok && CHECK (TEST_WAIT_FOR (test_stats (r.d[0].q).latched_errors == 1));
   if (ok) {
@@ -1296,8 +1304,7 @@ test_writeback_retried_without_memory (void)
   ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
   ok = ok && CHECK ((a = session_new ()) != NULL);
   if (ok) {
-    test_backend_fail (r.d[0].tb, TB_PWRITEV, 3, ENOMEM);
-    ok = CHECK (test_write_fill (r.d[0].q, a, 'a', 4 * KiB, 0, 0) == 0);
+    ok = write_failing_writeout (&r, a, 3, ENOMEM);
   }
   if (ok) {
     r1 = queue_flush (r.d[0].q, a);
@@ -1329,8 +1336,7 @@ test_writeback_memory_shortage_latched (void)
   ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
   ok = ok && CHECK ((a = session_new ()) != NULL);
   if (ok) {
-    test_backend_fail (r.d[0].tb, TB_PWRITEV, 1000000, ENOMEM);
-    ok = CHECK (test_write_fill (r.d[0].q, a, 'a', 4 * KiB, 0, 0) == 0);
+    ok = write_failing_writeout (&r, a, 1000000, ENOMEM);
   }
   if (ok) {
     r1 = queue_flush (r.d[0].q, a);
