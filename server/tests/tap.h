@@ -10,6 +10,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Which sanitizer the test was built with (gcc and clang spell it
+ * differently), for tests that must scale or skip under one.
+ */
+#if defined (__SANITIZE_ADDRESS__)
+#define TAP_ASAN 1
+#endif
+#if defined (__SANITIZE_THREAD__)
+#define TAP_TSAN 1
+#endif
+#if defined (__has_feature)
+#if __has_feature (address_sanitizer)
+#define TAP_ASAN 1
+#endif
+#if __has_feature (thread_sanitizer)
+#define TAP_TSAN 1
+#endif
+#endif
+
 static int tap_count, tap_failed;
 
 static inline void

@@ -382,15 +382,7 @@ struct race {
  * checks every byte copied, so a tenth of the rounds does its job; the
  * plain builds need them all, since only a torn page shows a race there.
  */
-#if defined (__has_feature)
-#if __has_feature (thread_sanitizer)
-#define RACE_UNDER_TSAN 1
-#endif
-#endif
-#if defined (__SANITIZE_THREAD__)
-#define RACE_UNDER_TSAN 1
-#endif
-#ifdef RACE_UNDER_TSAN
+#ifdef TAP_TSAN
 #define RACE_ROUNDS 300
 #else
 #define RACE_ROUNDS 3000

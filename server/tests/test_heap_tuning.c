@@ -15,12 +15,10 @@
 #define MiB (1024 * 1024)
 #define CASES 5
 
-#if defined (__has_feature)
-#if __has_feature (address_sanitizer) || __has_feature (thread_sanitizer)
-#define MALLOC_REPLACED 1
-#endif
-#endif
-#if defined (__SANITIZE_ADDRESS__) || defined (__SANITIZE_THREAD__)
+/* ASan and TSan bring their own malloc, which glibc's tunables do not
+ * reach.
+ */
+#if defined (TAP_ASAN) || defined (TAP_TSAN)
 #define MALLOC_REPLACED 1
 #endif
 
