@@ -946,9 +946,7 @@ test_error_latching (void)
                                      0) == 0);
   ok = ok && CHECK (queue_flush (r.d[0].q, writer) == 0);
 
-  if (ok) {
-    ok = write_failing_writeout (&r, a, 1, EIO);
-  }
+  ok = ok && write_failing_writeout (&r, a, 1, EIO);
   if (ok) {
     r1 = queue_flush (r.d[0].q, a);
     e1 = errno;
@@ -1005,9 +1003,7 @@ test_error_unseen_reaches_new_session (void)
   bool ok;
 
   ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
-  if (ok) {
-    ok = write_failing_writeout (&r, NULL, 1, EIO);
-  }
+  ok = ok && write_failing_writeout (&r, NULL, 1, EIO);
   if (ok) {
     queue_unplug (r.d[0].q, UNPLUG_TIMER);
     ok = CHECK (TEST_WAIT_FOR (test_stats (r.d[0].q).latched_errors == 1));
@@ -1133,9 +1129,7 @@ test_error_fua (void)
 
   ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
   ok = ok && CHECK ((a = session_new ()) != NULL);
-  if (ok) {
-    ok = write_failing_writeout (&r, a, 1, EIO);
-  }
+  ok = ok && write_failing_writeout (&r, a, 1, EIO);
   ok = ok && CHECK (TEST_WAIT_FOR (test_stats (r.d[0].q).latched_errors == 1));
   if (ok) {
     r1 = test_write_fill (r.d[0].q, a, 'b', 4 * KiB, MiB, REQ_FUA);
@@ -1303,9 +1297,7 @@ test_writeback_retried_without_memory (void)
 
   ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
   ok = ok && CHECK ((a = session_new ()) != NULL);
-  if (ok) {
-    ok = write_failing_writeout (&r, a, 3, ENOMEM);
-  }
+  ok = ok && write_failing_writeout (&r, a, 3, ENOMEM);
   if (ok) {
     r1 = queue_flush (r.d[0].q, a);
     e1 = errno;
@@ -1335,9 +1327,7 @@ test_writeback_memory_shortage_latched (void)
   cfg.retry_ns = 50 * MS;
   ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
   ok = ok && CHECK ((a = session_new ()) != NULL);
-  if (ok) {
-    ok = write_failing_writeout (&r, a, 1000000, ENOMEM);
-  }
+  ok = ok && write_failing_writeout (&r, a, 1000000, ENOMEM);
   if (ok) {
     r1 = queue_flush (r.d[0].q, a);
     e1 = errno;
