@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds plugq in every configuration CI checks and runs every test:
-#   gcc   -Werror build: unit, model and all Bats client tests
+#   gcc   -Werror build with lock checks: unit, model and all Bats client tests
 #   clang -Werror build (warnings only)
 #   make dist: the source tarball, checked by scripts/check-dist.sh
 #   ASan+UBSan build: unit, model and client tests but the kernel guest;
@@ -63,7 +63,7 @@ unit_tests=$(am_list unit_tests | tr '\n' ' ')
 asan_client_tests=$(am_list client_tests | grep -v kernel.bats | tr '\n' ' ')
 
 stage "gcc -Werror: unit, model and client tests"
-build "$out/gcc" CC=gcc && run_check "$out/gcc"
+build "$out/gcc" CC=gcc --enable-lock-checks && run_check "$out/gcc"
 
 stage "clang -Werror build"
 build "$out/clang" CC=clang && echo "clang build: no warnings"
@@ -95,7 +95,7 @@ stage "AddressSanitizer + UBSan: unit, model and client tests"
 san="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all"
 sanlogs=$out/asan/sanitizer-logs
 rm -rf "$sanlogs"
-if build "$out/asan" CC=gcc CFLAGS="$san" LDFLAGS="-fsanitize=address,undefined"; then
+if build "$out/asan" CC=gcc --enable-lock-checks CFLAGS="$san" LDFLAGS="-fsanitize=address,undefined"; then
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   PLUGQ_SANITIZER_LOGS=$sanlogs PLUGQ_SANITIZED=1 \
     run_check "$out/asan" NBDKIT="$top/scripts/nbdkit-sanitized" \
@@ -110,12 +110,12 @@ if build "$out/asan" CC=gcc CFLAGS="$san" LDFLAGS="-fsanitize=address,undefined"
 fi
 
 stage "ThreadSanitizer: unit and model tests"
-build "$out/tsan" CC=gcc CFLAGS="-O1 -g -fsanitize=thread" LDFLAGS="-fsanitize=thread" \
+build "$out/tsan" CC=gcc --enable-lock-checks CFLAGS="-O1 -g -fsanitize=thread" LDFLAGS="-fsanitize=thread" \
   && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" PLUGQ_MODEL_SEEDS=16 \
      run_check "$out/tsan" TESTS="$unit_tests"
 
 stage "libFuzzer: queue fuzzer, 30 s"
-if build "$out/fuzz" CC=clang --enable-fuzzer CFLAGS="-O1 -g -fsanitize=address,undefined" \
+if build "$out/fuzz" CC=clang --enable-fuzzer --enable-lock-checks CFLAGS="-O1 -g -fsanitize=address,undefined" \
      LDFLAGS="-fsanitize=address,undefined"; then
   (cd "$out/fuzz" && make server/tests/fuzz_queue >/dev/null 2>&1) || true
   if [ -x "$out/fuzz/server/tests/fuzz_queue" ]; then

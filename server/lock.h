@@ -1,0 +1,65 @@
+/* plugq: the engine's mutexes, with checkable ownership.
+ *
+ * Every lock in server/ is a struct lock.  With --enable-lock-checks (the
+ * test builds) it remembers which thread holds it, so a helper that needs
+ * it states that with lock_assert_held () at its top and a caller that
+ * forgot the lock fails at once instead of racing.  Without the checks it
+ * is a bare pthread mutex and the assertions compile to nothing.
+ *
+ * A condition wait goes through lock_wait (), which hands the ownership
+ * record over with the mutex.
+ */
+#ifndef PLUGQ_LOCK_H
+#define PLUGQ_LOCK_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+struct lock {
+  pthread_mutex_t mutex;
+#ifdef PLUGQ_LOCK_CHECKS
+  pthread_t owner;              /* valid while held */
+  bool held;
+#endif
+};
+
+void lock_init (struct lock *);
+void lock_destroy (struct lock *);
+
+#ifdef PLUGQ_LOCK_CHECKS
+void lock_acquire (struct lock *);
+void lock_release (struct lock *);
+/* Aborts with the caller's location unless this thread holds l. */
+void lock_check_held (const struct lock *, const char *file, int line,
+                      const char *func);
+#define lock_assert_held(l) \
+  lock_check_held ((l), __FILE__, __LINE__, __func__)
+#else
+static inline void
+lock_acquire (struct lock *l)
+{
+  pthread_mutex_lock (&l->mutex);
+}
+
+static inline void
+lock_release (struct lock *l)
+{
+  pthread_mutex_unlock (&l->mutex);
+}
+
+#define lock_assert_held(l) ((void) (l))
+#endif
+
+/* pthread_cond_wait on l, which the caller holds, and holds again on
+ * return.
+ */
+void lock_wait (pthread_cond_t *, struct lock *);
+
+/* The same, until deadline_ns (monotonic_ns ()) at the latest, for a
+ * condition variable made by cond_init_monotonic ().  ETIMEDOUT once the
+ * deadline passed, else 0.
+ */
+int lock_wait_until (pthread_cond_t *, struct lock *, uint64_t deadline_ns);
+
+#endif /* PLUGQ_LOCK_H */
