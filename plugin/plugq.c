@@ -30,6 +30,7 @@
 #include "linear.h"
 #include "log.h"
 #include "queue.h"
+#include "session.h"
 #include "stats_file.h"
 #include "timer_service.h"
 

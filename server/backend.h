@@ -6,7 +6,8 @@
  * a time correctly (or max_writers at a time, never two over the same
  * bytes); it may be called for those from any thread that holds one of the
  * disk's dispatch tokens, and for reads, extents and cache from any request
- * thread at the same time.
+ * thread at the same time.  Writes, zeroes and trims all come down one
+ * entry point, io, as a struct backend_io.
  *
  * Every call returns 0 on success or -1 with errno set.
  */
@@ -20,6 +21,7 @@
 #include <sys/uio.h>
 
 #include "extents.h"
+#include "op.h"
 
 struct block_limits {
   uint32_t minimum;             /* power of 2, 1 .. 64K */
@@ -29,45 +31,51 @@ struct block_limits {
 
 struct backend;
 
-/* An asynchronous write, zero or trim (see backend_ops.submit). */
-enum backend_io_kind { BACKEND_WRITE, BACKEND_ZERO, BACKEND_TRIM };
-
+/* A write, zero or trim on its way to the backend: the one form in which
+ * the queue hands a dispatched batch down (backend_ops.io).
+ */
 struct backend_io {
-  enum backend_io_kind kind;
-  const struct iovec *iov;      /* BACKEND_WRITE */
+  enum op_kind kind;            /* OP_WRITE, OP_ZERO or OP_TRIM */
+  bool fua;                     /* durable before it completes */
+  bool may_trim;                /* OP_ZERO: holes allowed */
+  const struct iovec *iov;      /* OP_WRITE */
   int iovcnt;
   uint64_t offset;
   uint64_t count;
-  bool may_trim;                /* BACKEND_ZERO */
-  /* Called once when it is done: from the backend's thread, or from
-   * inside submit itself when it finishes (or fails) at once, so submit
-   * must never be called with a lock done takes.
+  /* Asynchronous backends only: called once when io is done, from the
+   * backend's thread or from inside io () itself when it finished at
+   * once, so io () must never be called with a lock done takes.
    */
   void (*done) (struct backend_io *, int err);
 };
 
+/* What backend_ops.io returned. */
+#define BACKEND_IO_DONE 0       /* performed, successfully */
+#define BACKEND_IO_STARTED 1    /* asynchronous: done () will follow */
+
 struct backend_ops {
   const char *kind;             /* "file", "memory", "nbd" */
   int (*pread) (struct backend *, void *buf, size_t count, uint64_t offset);
-  int (*pwritev) (struct backend *, const struct iovec *iov, int iovcnt,
-                  uint64_t offset);
-  /* Must leave the range reading as zeroes.  may_trim allows holes. */
-  int (*zero) (struct backend *, uint64_t count, uint64_t offset,
-               bool may_trim);
-  /* Advisory: may do nothing. */
-  int (*trim) (struct backend *, uint64_t count, uint64_t offset);
+  /* Writes, zeroes and trims.  A zero must leave the range reading as
+   * zeroes; a trim is advisory and may do nothing; fua makes the range
+   * durable before io completes.
+   *
+   * A synchronous backend performs io and returns BACKEND_IO_DONE, or -1
+   * with errno set.  An asynchronous one (with start) returns
+   * BACKEND_IO_STARTED and later calls io->done, or -1 with errno when
+   * io could not be started (done is then never called).
+   */
+  int (*io) (struct backend *, struct backend_io *);
   int (*flush) (struct backend *);
   /* Appends extents covering at least [offset, offset+1) in order. */
   int (*extents) (struct backend *, uint64_t count, uint64_t offset,
                   struct extent_list *);
   int (*cache) (struct backend *, uint64_t count, uint64_t offset);
   void (*close) (struct backend *);
-  /* Optional, for backends with their own threads (started after nbdkit
-   * forks) that accept several operations at once: submit starts io and
-   * returns 0, or -1 with errno if it could not be started.
+  /* Asynchronous backends: starts their own threads (after nbdkit
+   * forks).  A backend with start completes io through io->done.
    */
   int (*start) (struct backend *);
-  int (*submit) (struct backend *, struct backend_io *);
 };
 
 struct backend {
@@ -83,7 +91,9 @@ struct backend {
    * when any buffer will do.
    */
   uint32_t buffer_align;
-  /* Operations the queue may have outstanding at once (submit only). */
+  /* Operations the queue may have outstanding at once (asynchronous
+   * backends only).
+   */
   unsigned max_in_flight;
   /* Synchronous writes, zeroes and trims that may run at once, each from
    * its own thread, on ranges that never overlap; 0 means 1.
@@ -93,6 +103,10 @@ struct backend {
    * without writing every byte.
    */
   bool can_fast_zero;
+  /* io honours fua itself; without it, fua is refused (EINVAL) and the
+   * caller flushes instead.
+   */
+  bool can_fua;
   /* A trimmed range reads back as zeroes on this backend. */
   bool trim_reads_zero;
   char *description;            /* "file /srv/db.img (O_DIRECT)" */
@@ -117,6 +131,25 @@ backend_range_ok (const struct backend *b, uint64_t count, uint64_t offset)
   }
   return true;
 }
+
+static inline bool
+backend_is_async (const struct backend *b)
+{
+  return b->ops->start != NULL;
+}
+
+/* Performs io and waits for it, on any backend: for callers outside the
+ * queue's dispatch (tests, a wrapper backend).  0, or -1 with errno.
+ */
+int backend_io_wait (struct backend *, struct backend_io *);
+
+/* The same, one operation at a time. */
+int backend_pwritev (struct backend *, const struct iovec *iov, int iovcnt,
+                     uint64_t offset, bool fua);
+int backend_zero (struct backend *, uint64_t count, uint64_t offset,
+                  bool may_trim, bool fua);
+int backend_trim (struct backend *, uint64_t count, uint64_t offset,
+                  bool fua);
 
 static inline void
 backend_close (struct backend *b)

@@ -537,12 +537,37 @@ file_close (struct backend *b)
   free (f);
 }
 
+/* The one entry for writes, zeroes and trims.  FUA: the page cache or
+ * the device's cache is flushed before the operation is answered.
+ */
+static int
+file_io (struct backend *b, struct backend_io *io)
+{
+  int r;
+
+  switch (io->kind) {
+  case OP_WRITE:
+    r = file_pwritev (b, io->iov, io->iovcnt, io->offset);
+    break;
+  case OP_ZERO:
+    r = file_zero (b, io->count, io->offset, io->may_trim);
+    break;
+  case OP_TRIM:
+    r = file_trim (b, io->count, io->offset);
+    break;
+  default:
+    errno = EINVAL;
+    return -1;
+  }
+  if (r == 0 && io->fua)
+    r = file_flush (b);
+  return r == -1 ? -1 : BACKEND_IO_DONE;
+}
+
 static const struct backend_ops file_ops = {
   .kind = "file",
   .pread = file_pread,
-  .pwritev = file_pwritev,
-  .zero = file_zero,
-  .trim = file_trim,
+  .io = file_io,
   .flush = file_flush,
   .extents = file_extents,
   .cache = file_cache,
@@ -671,6 +696,7 @@ set_limits (struct file_backend *f)
   f->b.limits.maximum = MAX_REQUEST;
   f->b.max_write = MAX_WRITE;
   f->b.max_iov = IOV_MAX;
+  f->b.can_fua = true;
 }
 
 static int

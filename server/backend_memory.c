@@ -460,12 +460,35 @@ mem_close (struct backend *b)
   free (m);
 }
 
+/* The one entry for writes, zeroes and trims.  Memory is as durable
+ * as it will ever be once written, so FUA asks nothing more.
+ */
+static int
+mem_io (struct backend *b, struct backend_io *io)
+{
+  int r;
+
+  switch (io->kind) {
+  case OP_WRITE:
+    r = mem_pwritev (b, io->iov, io->iovcnt, io->offset);
+    break;
+  case OP_ZERO:
+    r = mem_zero (b, io->count, io->offset, io->may_trim);
+    break;
+  case OP_TRIM:
+    r = mem_trim (b, io->count, io->offset);
+    break;
+  default:
+    errno = EINVAL;
+    return -1;
+  }
+  return r == -1 ? -1 : BACKEND_IO_DONE;
+}
+
 static const struct backend_ops memory_ops = {
   .kind = "memory",
   .pread = mem_pread,
-  .pwritev = mem_pwritev,
-  .zero = mem_zero,
-  .trim = mem_trim,
+  .io = mem_io,
   .flush = mem_flush,
   .extents = mem_extents,
   .cache = mem_cache,
@@ -534,6 +557,7 @@ backend_memory_new (uint64_t size)
   m->b.max_write = 32 * 1024 * 1024;
   m->b.max_iov = IOV_MAX;
   m->b.max_writers = MEM_MAX_WRITERS;
+  m->b.can_fua = true;
   m->b.can_fast_zero = true;
   m->b.trim_reads_zero = true;
   m->b.description = describe (size);

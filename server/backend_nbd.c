@@ -50,6 +50,7 @@ struct remote_caps {
   uint32_t max_payload;         /* at most NBD_DEFAULT_PAYLOAD */
   bool read_only;
   bool can_flush, can_trim, can_zero, can_fast_zero, can_cache, can_extents;
+  bool can_fua;
 };
 
 struct nbd_backend {
@@ -93,6 +94,7 @@ struct nbd_op {
   _Atomic int err;
   void *bounce;                 /* gathered write data */
   struct backend_io *io;        /* asynchronous: tell the queue */
+  uint32_t cmd_flags;           /* LIBNBD_CMD_FLAG_FUA for a FUA io */
   pthread_mutex_t lock;         /* synchronous: the waiter sleeps here */
   pthread_cond_t cond;
   bool done;
@@ -261,7 +263,8 @@ static int64_t
 issue_pwrite (struct nbd_handle *h, struct nbd_op *op, const void *buf,
               uint64_t count, uint64_t offset)
 {
-  return nbd_aio_pwrite (h, buf, count, offset, completion (op), 0);
+  return nbd_aio_pwrite (h, buf, count, offset, completion (op),
+                         op->cmd_flags);
 }
 
 static int64_t
@@ -269,21 +272,21 @@ issue_zero_no_hole (struct nbd_handle *h, struct nbd_op *op,
                     const void *unused, uint64_t count, uint64_t offset)
 {
   return nbd_aio_zero (h, count, offset, completion (op),
-                       LIBNBD_CMD_FLAG_NO_HOLE);
+                       LIBNBD_CMD_FLAG_NO_HOLE | op->cmd_flags);
 }
 
 static int64_t
 issue_zero_may_trim (struct nbd_handle *h, struct nbd_op *op,
                      const void *unused, uint64_t count, uint64_t offset)
 {
-  return nbd_aio_zero (h, count, offset, completion (op), 0);
+  return nbd_aio_zero (h, count, offset, completion (op), op->cmd_flags);
 }
 
 static int64_t
 issue_trim (struct nbd_handle *h, struct nbd_op *op, const void *unused,
             uint64_t count, uint64_t offset)
 {
-  return nbd_aio_trim (h, count, offset, completion (op), 0);
+  return nbd_aio_trim (h, count, offset, completion (op), op->cmd_flags);
 }
 
 static int64_t
@@ -436,16 +439,6 @@ gather (struct nbd_op *op, const struct iovec *iov, int iovcnt,
   return op->bounce;
 }
 
-static uint64_t
-iov_size (const struct iovec *iov, int iovcnt)
-{
-  uint64_t n = 0;
-
-  for (int i = 0; i < iovcnt; i++)
-    n += iov[i].iov_len;
-  return n;
-}
-
 /* Zeroes on a server without WRITE_ZEROES: writes of a zero buffer. */
 static int
 issue_zero_writes (struct nbd_backend *nb, struct nbd_op *op, uint64_t count,
@@ -463,81 +456,51 @@ issue_io (struct nbd_backend *nb, struct nbd_op *op,
   const void *data;
 
   switch (io->kind) {
-  case BACKEND_WRITE:
+  case OP_WRITE:
     data = gather (op, io->iov, io->iovcnt, io->count);
     if (data == NULL)
       return -1;
     return issue_chunks (nb, op, issue_pwrite, data, true, io->count,
                          io->offset, nb->caps.max_payload);
-  case BACKEND_ZERO:
+  case OP_ZERO:
     if (!nb->caps.can_zero)
       return issue_zero_writes (nb, op, io->count, io->offset);
     return issue_chunks (nb, op, io->may_trim ? issue_zero_may_trim
                          : issue_zero_no_hole, NULL, false, io->count,
                          io->offset, ZERO_CHUNK);
-  case BACKEND_TRIM:
+  case OP_TRIM:
     if (!nb->caps.can_trim)
       return 0;                 /* advisory */
     return issue_chunks (nb, op, issue_trim, NULL, false, io->count,
                          io->offset, ZERO_CHUNK);
+  default:
+    errno = EINVAL;
+    return -1;
   }
-  abort ();
 }
 
+/* The one entry for writes, zeroes and trims: sent at once, answered
+ * through io->done from the loop thread.
+ */
 static int
-remote_submit (struct backend *b, struct backend_io *io)
+remote_io (struct backend *b, struct backend_io *io)
 {
   struct nbd_backend *nb = to_nbd (b);
-  struct nbd_op *op = op_new (nb);
+  struct nbd_op *op;
 
-  if (op == NULL)
+  if (io->fua && !nb->caps.can_fua) {
+    errno = EINVAL;
+    return -1;
+  }
+  if ((op = op_new (nb)) == NULL)
     return -1;
   op->io = io;
+  op->cmd_flags = io->fua ? LIBNBD_CMD_FLAG_FUA : 0;
   if (issue_io (nb, op, io) == -1)
     op_fail (op, errno);
   /* Commands already sent complete later and report the failure. */
   op_put (op);
-  return 0;
-}
-
-static int
-sync_io (struct backend *b, struct backend_io *io)
-{
-  struct nbd_backend *nb = to_nbd (b);
-  struct nbd_op *op = op_new (nb);
-
-  if (op == NULL)
-    return -1;
-  return op_wait (op, issue_io (nb, op, io));
-}
-
-static int
-remote_pwritev (struct backend *b, const struct iovec *iov, int iovcnt,
-             uint64_t offset)
-{
-  struct backend_io io = { .kind = BACKEND_WRITE, .iov = iov,
-                           .iovcnt = iovcnt, .offset = offset,
-                           .count = iov_size (iov, iovcnt) };
-
-  return sync_io (b, &io);
-}
-
-static int
-remote_zero (struct backend *b, uint64_t count, uint64_t offset, bool may_trim)
-{
-  struct backend_io io = { .kind = BACKEND_ZERO, .offset = offset,
-                           .count = count, .may_trim = may_trim };
-
-  return sync_io (b, &io);
-}
-
-static int
-remote_trim (struct backend *b, uint64_t count, uint64_t offset)
-{
-  struct backend_io io = { .kind = BACKEND_TRIM, .offset = offset,
-                           .count = count };
-
-  return sync_io (b, &io);
+  return BACKEND_IO_STARTED;
 }
 
 /* ------------------------------------------------------------ capabilities */
@@ -573,6 +536,7 @@ read_capabilities (struct nbd_handle *h, struct remote_caps *c)
   c->can_zero = nbd_can_zero (h) == 1;
   c->can_fast_zero = nbd_can_fast_zero (h) == 1;
   c->can_cache = nbd_can_cache (h) == 1;
+  c->can_fua = nbd_can_fua (h) == 1;
   c->can_extents =
     nbd_can_meta_context (h, LIBNBD_CONTEXT_BASE_ALLOCATION) == 1;
   return 0;
@@ -604,6 +568,8 @@ capabilities_still_met (const struct nbd_backend *nb, struct nbd_handle *h)
     return "without TRIM";
   if (was->can_cache && !now.can_cache)
     return "without CACHE";
+  if (was->can_fua && !now.can_fua)
+    return "without FUA";
   if (was->can_extents && !now.can_extents)
     return "without base:allocation extents";
   if (now.max_payload < was->max_payload)
@@ -819,15 +785,12 @@ nbd_backend_close (struct backend *b)
 static const struct backend_ops nbd_ops = {
   .kind = "nbd",
   .pread = remote_pread,
-  .pwritev = remote_pwritev,
-  .zero = remote_zero,
-  .trim = remote_trim,
+  .io = remote_io,
   .flush = remote_flush,
   .extents = remote_extents,
   .cache = remote_cache,
   .close = nbd_backend_close,
   .start = remote_start,
-  .submit = remote_submit,
 };
 
 /* ------------------------------------------------------------ open */
@@ -848,6 +811,7 @@ set_limits (struct nbd_backend *nb)
   /* Fast zero rides on WRITE_ZEROES: without it zero is emulated. */
   nb->b.can_fast_zero = c->can_zero && c->can_fast_zero;
   nb->b.trim_reads_zero = false;
+  nb->b.can_fua = c->can_fua;
 }
 
 struct backend *

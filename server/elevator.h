@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#include "request.h"
+#include "piece.h"
 
 struct elevator_state {
   struct piece_tree *by_offset;

@@ -51,16 +51,9 @@ void queue_config_defaults (struct queue_config *);
 #define REQ_MAY_TRIM  (1u << 1)
 #define REQ_FAST_ZERO (1u << 2)
 
-/* Per-connection view of each disk's latched write-back errors, like the
- * kernel's errseq_t: every connection is told of an error once, on its
- * next FLUSH or FUA, and an error no connection has seen yet is reported
- * even to connections opened after it happened.
- */
-struct session;
-struct session *session_new (void);
-void session_free (struct session *);
+struct session;                 /* session.h */
 
-/* Takes ownership of backend.  index is the disk's slot in sessions. */
+/* Takes ownership of backend. */
 struct queue *queue_new (const char *name, struct backend *backend,
                          const struct queue_config *);
 void queue_free (struct queue *);
@@ -90,9 +83,6 @@ int queue_cache (struct queue *, uint64_t count, uint64_t offset);
 uint64_t queue_flush_start (struct queue *);
 int queue_flush_wait (struct queue *, struct session *, uint64_t ticket);
 int queue_flush (struct queue *, struct session *);
-
-/* Unplug now (cause counted), without waiting. */
-void queue_unplug (struct queue *, enum unplug_cause);
 
 /* A copy of the counters, taken under the queue lock. */
 void queue_stats_snapshot (struct queue *, struct queue_stats *);

@@ -1,8 +1,19 @@
-/* plugq: per-connection error cursors (internal to server/). */
+/* plugq: a connection's view of each disk's latched write-back errors.
+ *
+ * Like the kernel's errseq_t: every connection is told of an error once,
+ * on its next FLUSH or FUA, and an error no connection has seen yet is
+ * reported even to connections opened after it happened.  The plugin
+ * makes one session per connection; the queues keep a cursor in it.
+ */
 #ifndef PLUGQ_SESSION_H
 #define PLUGQ_SESSION_H
 
 #include <stdint.h>
+
+struct session;
+
+struct session *session_new (void);
+void session_free (struct session *);
 
 #define SESSION_SLOT_UNSET UINT64_MAX
 

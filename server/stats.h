@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "op.h"
+
 enum unplug_cause {
   UNPLUG_TIMER,
   UNPLUG_THRESHOLD,
@@ -34,8 +36,6 @@ struct latency_histogram {
 };
 
 void latency_record (struct latency_histogram *, uint64_t ns);
-
-enum op_kind { OP_READ, OP_WRITE, OP_ZERO, OP_TRIM, OP_KINDS };
 
 extern const char *const op_kind_names[OP_KINDS];
 

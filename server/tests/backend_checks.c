@@ -18,7 +18,7 @@ write_buf (struct backend *b, const void *buf, size_t len, uint64_t offset)
 {
   struct iovec iov = { .iov_base = (void *) buf, .iov_len = len };
 
-  return b->ops->pwritev (b, &iov, 1, offset);
+  return backend_pwritev (b, &iov, 1, offset, false);
 }
 
 int
@@ -106,7 +106,7 @@ pwritev_reads_back (struct backend *b, const size_t lens[5], uint64_t base)
     ok &= CHECK (p != NULL);
     total += lens[i];
   }
-  ok = ok && CHECK (b->ops->pwritev (b, iov, 5, base) == 0);
+  ok = ok && CHECK (backend_pwritev (b, iov, 5, base, false) == 0);
   ok = ok && CHECK (b->ops->pread (b, got, 4 * MiB, 0) == 0);
   ok = ok && CHECK (memcmp (got, model, 4 * MiB) == 0);
   ok = ok && CHECK (b->ops->pread (b, got, 77777, base + 3) == 0);

@@ -23,6 +23,7 @@
 #include "extents.h"
 #include "model.h"
 #include "queue.h"
+#include "session.h"
 #include "stats.h"
 #include "timer_service.h"
 
@@ -1003,7 +1004,7 @@ scribble (struct backend *inner, uint64_t count, uint64_t offset)
 
     for (size_t i = 0; i < n; i++)
       junk[i] = 0xa5 ^ ((offset + i) & 0x0f);
-    if (inner->ops->pwritev (inner, &iov, 1, offset) == -1)
+    if (backend_pwritev (inner, &iov, 1, offset, false) == -1)
       return -1;
     count -= n;
     offset += n;
@@ -1016,7 +1017,7 @@ do_trim (struct shim *s, uint64_t count, uint64_t offset)
 {
   switch (s->h->p.backend.trim) {
   case TRIM_PASS:
-    return s->inner->ops->trim (s->inner, count, offset);
+    return backend_trim (s->inner, count, offset, false);
   case TRIM_NOOP:
     return 0;
   case TRIM_SCRIBBLE:
@@ -1042,7 +1043,7 @@ shim_pwritev (struct backend *b, const struct iovec *iov, int iovcnt,
   int r;
 
   shim_check_write (s, iov, iovcnt, offset);
-  r = s->inner->ops->pwritev (s->inner, iov, iovcnt, offset);
+  r = backend_pwritev (s->inner, iov, iovcnt, offset, false);
   mark_dirty (s, iov_total (iov, iovcnt), offset);
   shim_leave (s, slot);
   return r;
@@ -1056,7 +1057,7 @@ shim_zero (struct backend *b, uint64_t count, uint64_t offset, bool may_trim)
   int r;
 
   shim_check_range (s, "zero", count, offset);
-  r = s->inner->ops->zero (s->inner, count, offset, may_trim);
+  r = backend_zero (s->inner, count, offset, may_trim, false);
   mark_dirty (s, count, offset);
   shim_leave (s, slot);
   return r;
@@ -1128,7 +1129,7 @@ shim_cache (struct backend *b, uint64_t count, uint64_t offset)
 static uint64_t
 io_count (const struct backend_io *io)
 {
-  return io->kind == BACKEND_WRITE ? iov_total (io->iov, io->iovcnt)
+  return io->kind == OP_WRITE ? iov_total (io->iov, io->iovcnt)
     : io->count;
 }
 
@@ -1136,16 +1137,17 @@ static int
 run_io (struct shim *s, const struct backend_io *io)
 {
   switch (io->kind) {
-  case BACKEND_WRITE:
-    return s->inner->ops->pwritev (s->inner, io->iov, io->iovcnt,
-                                   io->offset);
-  case BACKEND_ZERO:
-    return s->inner->ops->zero (s->inner, io->count, io->offset,
-                                io->may_trim);
-  case BACKEND_TRIM:
+  case OP_WRITE:
+    return backend_pwritev (s->inner, io->iov, io->iovcnt, io->offset,
+                            false);
+  case OP_ZERO:
+    return backend_zero (s->inner, io->count, io->offset, io->may_trim,
+                         false);
+  case OP_TRIM:
     return do_trim (s, io->count, io->offset);
+  default:
+    abort ();
   }
-  abort ();
 }
 
 /* Under s->lock: a pending operation chosen at random, so operations
@@ -1250,10 +1252,10 @@ shim_submit (struct backend *b, struct backend_io *io)
   uint64_t count = io_count (io);
   unsigned slot;
 
-  if (io->kind == BACKEND_WRITE)
+  if (io->kind == OP_WRITE)
     shim_check_write (s, io->iov, io->iovcnt, io->offset);
   else
-    shim_check_range (s, io->kind == BACKEND_ZERO ? "zero" : "trim", count,
+    shim_check_range (s, io->kind == OP_ZERO ? "zero" : "trim", count,
                       io->offset);
   pthread_mutex_lock (&s->lock);
   if (!s->started)
@@ -1275,7 +1277,7 @@ shim_submit (struct backend *b, struct backend_io *io)
   s->nr_pending++;
   pthread_cond_signal (&s->work);
   pthread_mutex_unlock (&s->lock);
-  return 0;
+  return BACKEND_IO_STARTED;
 }
 
 /* Operations still in flight (queue_stop must leave none). */
@@ -1314,12 +1316,34 @@ shim_close (struct backend *b)
   free (s);
 }
 
+/* The synchronous entry: the shim's own checks, then the inner
+ * backend, in the calling thread.
+ */
+static int
+shim_io (struct backend *b, struct backend_io *io)
+{
+  int r;
+
+  switch (io->kind) {
+  case OP_WRITE:
+    r = shim_pwritev (b, io->iov, io->iovcnt, io->offset);
+    break;
+  case OP_ZERO:
+    r = shim_zero (b, io->count, io->offset, io->may_trim);
+    break;
+  case OP_TRIM:
+    r = shim_trim (b, io->count, io->offset);
+    break;
+  default:
+    abort ();
+  }
+  return r == -1 ? -1 : BACKEND_IO_DONE;
+}
+
 static const struct backend_ops shim_ops = {
   .kind = "model-shim",
   .pread = shim_pread,
-  .pwritev = shim_pwritev,
-  .zero = shim_zero,
-  .trim = shim_trim,
+  .io = shim_io,
   .flush = shim_flush,
   .extents = shim_extents,
   .cache = shim_cache,
@@ -1330,15 +1354,12 @@ static const struct backend_ops shim_ops = {
 static const struct backend_ops shim_async_ops = {
   .kind = "model-shim-async",
   .pread = shim_pread,
-  .pwritev = shim_pwritev,
-  .zero = shim_zero,
-  .trim = shim_trim,
+  .io = shim_submit,
   .flush = shim_flush,
   .extents = shim_extents,
   .cache = shim_cache,
   .close = shim_close,
   .start = shim_start,
-  .submit = shim_submit,
 };
 
 static struct shim *

@@ -188,7 +188,7 @@ test_many_iovecs (void)
     iov[i] = (struct iovec) { .iov_base = data + pos, .iov_len = len };
     pos += len;
   }
-  ok &= CHECK (b->ops->pwritev (b, iov, n, 1001) == 0);
+  ok &= CHECK (backend_pwritev (b, iov, n, 1001, false) == 0);
   ok &= CHECK (b->ops->pread (b, got, pos, 1001) == 0);
   ok &= CHECK (memcmp (got, data, pos) == 0);
   ok &= reads_as (b, 0, 1, 1001 + pos);
@@ -208,11 +208,11 @@ test_zero (bool may_trim)
   if (!CHECK (b != NULL))
     return false;
   ok &= CHECK (fill (b, 0xaa, 3 * MiB, 0) == 0);
-  ok &= CHECK (b->ops->zero (b, 2 * MiB + 333, 1000, may_trim) == 0);
+  ok &= CHECK (backend_zero (b, 2 * MiB + 333, 1000, may_trim, false) == 0);
   ok &= reads_as (b, 0xaa, 1000, 0);
   ok &= reads_as (b, 0, 2 * MiB + 333, 1000);
   ok &= reads_as (b, 0xaa, 3 * MiB - (2 * MiB + 1333), 2 * MiB + 1333);
-  ok &= CHECK (b->ops->zero (b, 0, 5, may_trim) == 0);
+  ok &= CHECK (backend_zero (b, 0, 5, may_trim, false) == 0);
   ok &= reads_as (b, 0xaa, 1000, 0);
   backend_close (b);
   return ok;
@@ -241,7 +241,7 @@ test_zero_100m (bool write_path)
       close (fd);
   }
   else
-    ok &= CHECK (b->ops->zero (b, 100 * MiB, 0, false) == 0);
+    ok &= CHECK (backend_zero (b, 100 * MiB, 0, false, false) == 0);
   ok &= reads_as (b, 0, 1, 70 * MiB);
   ok &= reads_as (b, 0, 1, 99 * MiB + 4095);
   ok &= reads_as (b, 0, 4096, 100 * MiB - 4096);
@@ -263,7 +263,7 @@ test_zero_huge (bool may_trim)
   ok &= CHECK (fill (b, 0xff, 4096, 5 * GiB) == 0);
   ok &= CHECK (fill (b, 0xff, 4096, start - 4096) == 0);
   ok &= CHECK (fill (b, 0xff, 4096, start + count) == 0);
-  ok &= CHECK (b->ops->zero (b, count, start, may_trim) == 0);
+  ok &= CHECK (backend_zero (b, count, start, may_trim, false) == 0);
   ok &= reads_as (b, 0, 4096, 5 * GiB);
   ok &= reads_as (b, 0xff, 4096, start - 4096);
   ok &= reads_as (b, 0xff, 4096, start + count);
@@ -281,7 +281,7 @@ test_trim (void)
   if (!CHECK (b != NULL))
     return false;
   ok &= CHECK (fill (b, 0x55, 3 * MiB, 0) == 0);
-  ok &= CHECK (b->ops->trim (b, MiB, MiB) == 0);
+  ok &= CHECK (backend_trim (b, MiB, MiB, false) == 0);
   ok &= reads_as (b, 0x55, MiB, 0);
   ok &= reads_as (b, 0x55, MiB, 2 * MiB);
   if (b->trim_reads_zero) {
@@ -357,9 +357,9 @@ test_readonly (void)
   errno = 0;
   ok &= CHECK (write_buf (b, buf, 512, 0) == -1 && errno == EROFS);
   errno = 0;
-  ok &= CHECK (b->ops->zero (b, 512, 0, true) == -1 && errno == EROFS);
+  ok &= CHECK (backend_zero (b, 512, 0, true, false) == -1 && errno == EROFS);
   errno = 0;
-  ok &= CHECK (b->ops->trim (b, 512, 0) == -1 && errno == EROFS);
+  ok &= CHECK (backend_trim (b, 512, 0, false) == -1 && errno == EROFS);
   ok &= CHECK (b->ops->flush (b) == 0);
   backend_close (b);
   return ok;
@@ -379,7 +379,7 @@ test_out_of_range (void)
   errno = 0;
   ok &= CHECK (write_buf (b, buf, 16, MiB - 8) == -1 && errno == EINVAL);
   errno = 0;
-  ok &= CHECK (b->ops->zero (b, 16, UINT64_MAX - 8, false) == -1
+  ok &= CHECK (backend_zero (b, 16, UINT64_MAX - 8, false, false) == -1
                && errno == EINVAL);
   backend_close (b);
   return ok;
@@ -436,7 +436,7 @@ test_direct_pwritev (void)
     iov[i] = (struct iovec) { .iov_base = p[i], .iov_len = lens[i] };
   }
   /* Aligned elements go straight to pwritev. */
-  ok &= CHECK (b->ops->pwritev (b, iov, 3, 8192) == 0);
+  ok &= CHECK (backend_pwritev (b, iov, 3, 8192, false) == 0);
   ok &= reads_as (b, 0x10, 4096, 8192);
   ok &= reads_as (b, 0x11, 8192, 12288);
   ok &= reads_as (b, 0x12, 4096, 20480);
@@ -446,11 +446,11 @@ test_direct_pwritev (void)
   memset (odd, 0x77, 3 * 4096 + 1);
   iov[0] = (struct iovec) { .iov_base = odd + 1, .iov_len = 1000 };
   iov[1] = (struct iovec) { .iov_base = odd + 1001, .iov_len = 3 * 4096 - 1000 };
-  ok &= CHECK (b->ops->pwritev (b, iov, 2, MiB) == 0);
+  ok &= CHECK (backend_pwritev (b, iov, 2, MiB, false) == 0);
   ok &= reads_as (b, 0x77, 3 * 4096, MiB);
 
   errno = 0;
-  ok &= CHECK (b->ops->pwritev (b, iov, 1, MiB) == -1 && errno == EINVAL);
+  ok &= CHECK (backend_pwritev (b, iov, 1, MiB, false) == -1 && errno == EINVAL);
   for (i = 0; i < 3; i++)
     free (p[i]);
   free (odd);
@@ -485,14 +485,14 @@ test_direct_zero (void)
   bool ok = true;
 
   ok &= CHECK (fill (b, 0xee, 1 * MiB, 3 * MiB) == 0);
-  ok &= CHECK (b->ops->zero (b, 64 * KiB, 3 * MiB, false) == 0);
+  ok &= CHECK (backend_zero (b, 64 * KiB, 3 * MiB, false, false) == 0);
   ok &= reads_as (b, 0, 64 * KiB, 3 * MiB);
-  ok &= CHECK (b->ops->zero (b, 512 * KiB, 3 * MiB + 256 * KiB, true) == 0);
+  ok &= CHECK (backend_zero (b, 512 * KiB, 3 * MiB + 256 * KiB, true, false) == 0);
   ok &= reads_as (b, 0, 512 * KiB, 3 * MiB + 256 * KiB);
   ok &= reads_as (b, 0xee, 192 * KiB, 3 * MiB + 64 * KiB);
   ok &= reads_as (b, 0xee, 256 * KiB, 3 * MiB + 768 * KiB);
   errno = 0;
-  ok &= CHECK (b->ops->zero (b, 100, 3 * MiB, false) == -1 && errno == EINVAL);
+  ok &= CHECK (backend_zero (b, 100, 3 * MiB, false, false) == -1 && errno == EINVAL);
   return ok;
 }
 
@@ -548,11 +548,11 @@ test_block_device (struct backend *b, uint64_t size)
   ok &= CHECK (!b->can_fast_zero && !b->trim_reads_zero);
   ok &= CHECK (fill (b, 0x99, 4 * MiB, 0) == 0);
   ok &= reads_as (b, 0x99, 4 * MiB, 0);
-  ok &= CHECK (b->ops->zero (b, MiB, 0, true) == 0);
-  ok &= CHECK (b->ops->zero (b, MiB + 3, MiB - 1, false) == 0);
+  ok &= CHECK (backend_zero (b, MiB, 0, true, false) == 0);
+  ok &= CHECK (backend_zero (b, MiB + 3, MiB - 1, false, false) == 0);
   ok &= reads_as (b, 0, 2 * MiB + 2, 0);
   ok &= reads_as (b, 0x99, 2 * MiB - 2, 2 * MiB + 2);
-  ok &= CHECK (b->ops->trim (b, MiB + 1000, 2 * MiB - 500) == 0);
+  ok &= CHECK (backend_trim (b, MiB + 1000, 2 * MiB - 500, false) == 0);
   ok &= CHECK (b->ops->flush (b) == 0);
   ok &= CHECK (b->ops->cache (b, MiB, 0) == 0);
   ok &= extents_are (b, size, 0, want, 1);
@@ -585,7 +585,7 @@ run_block_device_cases (void)
 
     ok &= CHECK (fill (b, 0x31, 64 * KiB, 8 * MiB) == 0);
     ok &= reads_as (b, 0x31, 64 * KiB, 8 * MiB);
-    ok &= CHECK (b->ops->zero (b, 8 * KiB, 8 * MiB, false) == 0);
+    ok &= CHECK (backend_zero (b, 8 * KiB, 8 * MiB, false, false) == 0);
     ok &= reads_as (b, 0, 8 * KiB, 8 * MiB);
     tap_ok (ok, "block device with O_DIRECT: aligned I/O and zero");
     backend_close (b);

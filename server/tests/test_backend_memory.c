@@ -134,15 +134,15 @@ test_zero_partial (bool may_trim)
   if (!CHECK (b != NULL))
     return false;
   ok &= CHECK (fill (b, 0xaa, 3 * PG, 0) == 0);
-  ok &= CHECK (b->ops->zero (b, 2 * PG + 100, 100, may_trim) == 0);
+  ok &= CHECK (backend_zero (b, 2 * PG + 100, 100, may_trim, false) == 0);
   ok &= reads_as (b, 0xaa, 100, 0);
   ok &= reads_as (b, 0, 2 * PG + 100, 100);
   ok &= reads_as (b, 0xaa, PG - 200, 2 * PG + 200);
   /* The page wholly inside the range is gone; the cut ones stay. */
   ok &= extents_are (b, 16 * MiB, 0, want, 4);
   /* Clearing what is left of the cut pages frees them too. */
-  ok &= CHECK (b->ops->zero (b, 100, 0, may_trim) == 0);
-  ok &= CHECK (b->ops->zero (b, PG - 200, 2 * PG + 200, may_trim) == 0);
+  ok &= CHECK (backend_zero (b, 100, 0, may_trim, false) == 0);
+  ok &= CHECK (backend_zero (b, PG - 200, 2 * PG + 200, may_trim, false) == 0);
   ok &= extents_are (b, 16 * MiB, 0, want2, 1);
   ok &= reads_as (b, 0, 3 * PG, 0);
   backend_close (b);
@@ -161,7 +161,7 @@ test_trim (void)
   if (!CHECK (b != NULL))
     return false;
   ok &= CHECK (fill (b, 0x55, 3 * MiB, 0) == 0);
-  ok &= CHECK (b->ops->trim (b, MiB, MiB) == 0);
+  ok &= CHECK (backend_trim (b, MiB, MiB, false) == 0);
   ok &= reads_as (b, 0, MiB, MiB);
   ok &= reads_as (b, 0x55, MiB, 0);
   ok &= reads_as (b, 0x55, MiB, 2 * MiB);
@@ -226,7 +226,7 @@ test_zero_100m (void)
     return false;
   for (off = 0; off < 100 * MiB + MiB && ok; off += MiB)
     ok &= CHECK (fill (b, 0xff, MiB, off) == 0);
-  ok &= CHECK (b->ops->zero (b, 100 * MiB, 0, false) == 0);
+  ok &= CHECK (backend_zero (b, 100 * MiB, 0, false, false) == 0);
   ok &= reads_as (b, 0, 1, 70 * MiB);
   ok &= reads_as (b, 0, 1, 99 * MiB + 4095);
   ok &= reads_as (b, 0, 1, 100 * MiB - 1);
@@ -281,7 +281,7 @@ test_huge (void)
   ok &= CHECK (fill (b, 7, 10, size - 10) == 0);
   ok &= reads_as (b, 7, 10, size - 10);
   ok &= extents_are (b, size, 0, want, 2);
-  ok &= CHECK (b->ops->zero (b, size, 0, false) == 0);
+  ok &= CHECK (backend_zero (b, size, 0, false, false) == 0);
   ok &= reads_as (b, 0, 10, size - 10);
   backend_close (b);
   return ok;
@@ -301,10 +301,10 @@ test_out_of_range (void)
   errno = 0;
   ok &= CHECK (write_buf (b, buf, 16, MiB - 8) == -1 && errno == EINVAL);
   errno = 0;
-  ok &= CHECK (b->ops->zero (b, 16, UINT64_MAX - 8, false) == -1
+  ok &= CHECK (backend_zero (b, 16, UINT64_MAX - 8, false, false) == -1
                && errno == EINVAL);
   errno = 0;
-  ok &= CHECK (b->ops->trim (b, 2 * MiB, 0) == -1 && errno == EINVAL);
+  ok &= CHECK (backend_trim (b, 2 * MiB, 0, false) == -1 && errno == EINVAL);
   ok &= CHECK (b->ops->pread (b, buf, 8, MiB - 8) == 0);
   backend_close (b);
   return ok;
@@ -337,9 +337,9 @@ test_random (void)
     }
     else {
       if (op == 2)
-        ok &= CHECK (b->ops->zero (b, len, off, i & 1) == 0);
+        ok &= CHECK (backend_zero (b, len, off, i & 1, false) == 0);
       else
-        ok &= CHECK (b->ops->trim (b, len, off) == 0);
+        ok &= CHECK (backend_trim (b, len, off, false) == 0);
       memset (model + off, 0, len);
     }
   }
@@ -441,7 +441,7 @@ test_concurrent (void)
   for (n = 0; n < RACE_ROUNDS && ok; n++) {
     ok &= CHECK (fill (r.b, n % 255 + 1, RACE_LEN, RACE_OFFSET) == 0);
     if (n % 3 == 0)
-      ok &= CHECK (r.b->ops->zero (r.b, RACE_LEN, RACE_OFFSET, true) == 0);
+      ok &= CHECK (backend_zero (r.b, RACE_LEN, RACE_OFFSET, true, false) == 0);
   }
   atomic_store (&r.stop, true);
   for (i = 0; i < RACE_READERS; i++)
@@ -505,7 +505,7 @@ chunk_zeroer (void *arg)
     uint64_t chunk = ZEROER_BASE + k % ZEROER_CHUNKS * 256 * MiB;
 
     l->ok = fill (l->b, 7, 3 * KiB, chunk) == 0
-      && l->b->ops->zero (l->b, 256 * MiB, chunk, true) == 0;
+      && backend_zero (l->b, 256 * MiB, chunk, true, false) == 0;
   }
   return NULL;
 }

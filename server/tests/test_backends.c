@@ -164,7 +164,7 @@ tb_pwritev (struct backend *b, const struct iovec *iov, int iovcnt,
     c.count += iov[i].iov_len;
   err = call_begin (tb, &c);
   return call_end (tb, c.op, err ? fail_with (err)
-                   : in->ops->pwritev (in, iov, iovcnt, offset));
+                   : backend_pwritev (in, iov, iovcnt, offset, false));
 }
 
 static int
@@ -177,7 +177,7 @@ tb_zero (struct backend *b, uint64_t count, uint64_t offset, bool may_trim)
   int err = call_begin (tb, &c);
 
   return call_end (tb, c.op, err ? fail_with (err)
-                   : in->ops->zero (in, count, offset, may_trim));
+                   : backend_zero (in, count, offset, may_trim, false));
 }
 
 static int
@@ -189,7 +189,7 @@ tb_trim (struct backend *b, uint64_t count, uint64_t offset)
   int err = call_begin (tb, &c);
 
   return call_end (tb, c.op, err ? fail_with (err)
-                   : in->ops->trim (in, count, offset));
+                   : backend_trim (in, count, offset, false));
 }
 
 static int
@@ -249,12 +249,40 @@ tb_close (struct backend *b)
   free (tb);
 }
 
+/* One operation, through the same counting, gate and failure path
+ * whether it was submitted or called.  No FUA: can_fua is false, so the
+ * queue and backend_io_wait flush instead.
+ */
+static int
+tb_run (struct test_backend *tb, const struct backend_io *io)
+{
+  if (io->fua) {
+    errno = EINVAL;
+    return -1;
+  }
+  switch (io->kind) {
+  case OP_WRITE:
+    return tb_pwritev (&tb->b, io->iov, io->iovcnt, io->offset);
+  case OP_ZERO:
+    return tb_zero (&tb->b, io->count, io->offset, io->may_trim);
+  case OP_TRIM:
+    return tb_trim (&tb->b, io->count, io->offset);
+  default:
+    errno = EINVAL;
+    return -1;
+  }
+}
+
+static int
+tb_io (struct backend *b, struct backend_io *io)
+{
+  return tb_run (to_tb (b), io) == -1 ? -1 : BACKEND_IO_DONE;
+}
+
 static const struct backend_ops test_ops = {
   .kind = "test",
   .pread = tb_pread,
-  .pwritev = tb_pwritev,
-  .zero = tb_zero,
-  .trim = tb_trim,
+  .io = tb_io,
   .flush = tb_flush,
   .extents = tb_extents,
   .cache = tb_cache,
@@ -262,24 +290,6 @@ static const struct backend_ops test_ops = {
 };
 
 /* ------------------------------------------------------------ async */
-
-/* One submitted operation, through the same counting, gate and failure
- * path as a synchronous call.
- */
-static int
-async_run (struct test_backend *tb, const struct backend_io *io)
-{
-  switch (io->kind) {
-  case BACKEND_WRITE:
-    return tb_pwritev (&tb->b, io->iov, io->iovcnt, io->offset);
-  case BACKEND_ZERO:
-    return tb_zero (&tb->b, io->count, io->offset, io->may_trim);
-  case BACKEND_TRIM:
-    return tb_trim (&tb->b, io->count, io->offset);
-  }
-  errno = EINVAL;
-  return -1;
-}
 
 /* A worker takes the oldest submitted operation; several workers run
  * operations at the same time, so they may finish in any order.
@@ -301,7 +311,7 @@ async_worker (void *arg)
     tb->ring_head = (tb->ring_head + 1) % tb->b.max_in_flight;
     tb->ring_len--;
     pthread_mutex_unlock (&tb->lock);
-    err = async_run (tb, io) == -1 ? errno : 0;
+    err = tb_run (tb, io) == -1 ? errno : 0;
     io->done (io, err);         /* takes the queue lock: not ours */
     pthread_mutex_lock (&tb->lock);
   }
@@ -327,7 +337,7 @@ static int
 tb_submit (struct backend *b, struct backend_io *io)
 {
   struct test_backend *tb = to_tb (b);
-  int r = 0;
+  int r = BACKEND_IO_STARTED;
 
   pthread_mutex_lock (&tb->lock);
   /* The queue promises never to exceed max_in_flight. */
@@ -359,15 +369,12 @@ async_stop (struct test_backend *tb)
 static const struct backend_ops test_async_ops = {
   .kind = "test-async",
   .pread = tb_pread,
-  .pwritev = tb_pwritev,
-  .zero = tb_zero,
-  .trim = tb_trim,
+  .io = tb_submit,
   .flush = tb_flush,
   .extents = tb_extents,
   .cache = tb_cache,
   .close = tb_close,
   .start = tb_start,
-  .submit = tb_submit,
 };
 
 int

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "elevator.h"
-#include "request.h"
+#include "piece.h"
 #include "tap.h"
 
 #define MAX_PIECES 16

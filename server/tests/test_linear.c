@@ -25,6 +25,7 @@
 #include "linear.h"
 #include "log.h"
 #include "queue.h"
+#include "session.h"
 #include "tap.h"
 #include "test_backends.h"
 

@@ -3,14 +3,12 @@
  *
  * A client request enters the queue as one piece.  Newer requests cut
  * older pieces where they overlap, so pieces in one queue never overlap
- * and a piece may be a fragment of its request.  Data lives in a
- * reference-counted buffer so readers can overlay it without copying it
- * under the lock, and so fragments share one allocation.
+ * and a piece may be a fragment of its request.  Fragments share their
+ * request's data_buffer.
  */
-#ifndef PLUGQ_REQUEST_H
-#define PLUGQ_REQUEST_H
+#ifndef PLUGQ_PIECE_H
+#define PLUGQ_PIECE_H
 
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -18,27 +16,9 @@
 
 #include <bsd/sys/tree.h>
 
-#include "stats.h"
+#include "op.h"
 
-struct buffer_pool;
-
-struct data_buffer {
-  _Atomic uint32_t refs;
-  uint32_t size;
-  size_t mapped_size;           /* data is a mapping from pool, or 0 */
-  struct buffer_pool *pool;
-  unsigned char *data;          /* right after the header unless aligned */
-};
-
-/* A copy of src; its data aligned to align (a power of 2) when that is
- * more than 1, as O_DIRECT needs.  Aligned buffers of BUFFER_POOL_MIN
- * or more come from pool and go back to it.
- */
-struct data_buffer *data_buffer_new (const void *src, uint32_t size,
-                                     uint32_t align,
-                                     struct buffer_pool *pool);
-struct data_buffer *data_buffer_get (struct data_buffer *);
-void data_buffer_put (struct data_buffer *);
+struct data_buffer;
 
 /* What a waiting client (FUA, ack=dispatched) watches. */
 struct completion {
@@ -87,4 +67,4 @@ piece_can_follow (const struct piece *prev, const struct piece *next)
     && (prev->kind != OP_ZERO || prev->may_trim == next->may_trim);
 }
 
-#endif /* PLUGQ_REQUEST_H */
+#endif /* PLUGQ_PIECE_H */

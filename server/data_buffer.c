@@ -1,4 +1,4 @@
-/* plugq: queued pieces and their shared data buffers. */
+/* plugq: reference-counted copies of written data (data_buffer.h). */
 #include <config.h>
 
 #include <stdlib.h>
@@ -7,17 +7,14 @@
 
 #include "buffer_pool.h"
 #include "fd_io.h"
-#include "request.h"
+#include "data_buffer.h"
 
 /* Buffers for disks without alignment needs are one malloc with their
- * header.  Aligned ones are separate: glibc serves posix_memalign from
- * size + alignment, so a freed aligned 64 KiB buffer never fits the
- * next one, and a stream of them fragments the heap far past
- * queue-bytes (168 MB resident for an 8 MiB queue, reliability.bats).
- * All but the smallest aligned ones are mappings from the disk's pool:
- * from the heap (with the mmap threshold plugq sets, heap_tuning.c),
- * 1 MiB O_DIRECT writes left 1.2 GB resident for a 64 MiB queue and
- * 64 KiB ones 200 MB.
+ * header.  Aligned ones are separate, and all but the smallest are
+ * mappings from the disk's pool: glibc serves posix_memalign from size
+ * plus alignment, so freed aligned buffers never fit the next one and
+ * would fragment the heap far past queue-bytes (docs/design.md, "Request
+ * buffers and malloc").
  */
 static void *
 data_alloc (struct data_buffer *b, uint32_t size, uint32_t align,
@@ -79,5 +76,3 @@ data_buffer_put (struct data_buffer *b)
     free (b);
   }
 }
-
-RB_GENERATE (piece_tree, piece, by_offset, piece_cmp);

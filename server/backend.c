@@ -1,0 +1,106 @@
+/* plugq: calling a backend outside the queue's dispatch (backend.h). */
+#include <config.h>
+
+#include <pthread.h>
+
+#include "backend.h"
+
+/* An asynchronous operation and the thread that waits for it. */
+struct io_waiter {
+  struct backend_io io;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  bool done;
+  int err;
+};
+
+static void
+io_waiter_done (struct backend_io *io, int err)
+{
+  struct io_waiter *w = (struct io_waiter *) io;
+
+  pthread_mutex_lock (&w->lock);
+  w->done = true;
+  w->err = err;
+  pthread_cond_signal (&w->cond);
+  pthread_mutex_unlock (&w->lock);
+}
+
+static int
+io_wait_async (struct backend *b, const struct backend_io *io)
+{
+  struct io_waiter w = { .io = *io, .done = false };
+  int r;
+
+  w.io.done = io_waiter_done;
+  pthread_mutex_init (&w.lock, NULL);
+  pthread_cond_init (&w.cond, NULL);
+  r = b->ops->io (b, &w.io);
+  if (r != -1) {
+    pthread_mutex_lock (&w.lock);
+    while (!w.done)
+      pthread_cond_wait (&w.cond, &w.lock);
+    pthread_mutex_unlock (&w.lock);
+    if (w.err) {
+      errno = w.err;
+      r = -1;
+    }
+  }
+  pthread_mutex_destroy (&w.lock);
+  pthread_cond_destroy (&w.cond);
+  return r == -1 ? -1 : 0;
+}
+
+int
+backend_io_wait (struct backend *b, struct backend_io *io)
+{
+  struct backend_io plain = *io;
+  int r;
+
+  /* A backend without FUA gets the operation and then a flush. */
+  if (io->fua && !b->can_fua)
+    plain.fua = false;
+  if (backend_is_async (b))
+    r = io_wait_async (b, &plain);
+  else
+    r = b->ops->io (b, &plain) == -1 ? -1 : 0;
+  if (r == 0 && io->fua && !b->can_fua)
+    r = b->ops->flush (b);
+  return r;
+}
+
+int
+backend_pwritev (struct backend *b, const struct iovec *iov, int iovcnt,
+                 uint64_t offset, bool fua)
+{
+  struct backend_io io = {
+    .kind = OP_WRITE, .fua = fua, .iov = iov, .iovcnt = iovcnt,
+    .offset = offset,
+  };
+
+  for (int i = 0; i < iovcnt; i++)
+    io.count += iov[i].iov_len;
+  return backend_io_wait (b, &io);
+}
+
+int
+backend_zero (struct backend *b, uint64_t count, uint64_t offset,
+              bool may_trim, bool fua)
+{
+  struct backend_io io = {
+    .kind = OP_ZERO, .fua = fua, .may_trim = may_trim, .offset = offset,
+    .count = count,
+  };
+
+  return backend_io_wait (b, &io);
+}
+
+int
+backend_trim (struct backend *b, uint64_t count, uint64_t offset, bool fua)
+{
+  struct backend_io io = {
+    .kind = OP_TRIM, .fua = fua, .offset = offset, .count = count,
+  };
+
+  return backend_io_wait (b, &io);
+}

@@ -1,0 +1,307 @@
+/* plugq: who writes a queue out, and when.
+ *
+ * A synchronous backend's writes and flushes are issued by whoever holds
+ * one of the disk's dispatch tokens (q->holders, at most the backend's
+ * max_writers, one while a flush waits or runs).  The request thread
+ * whose arrival unplugged the queue runs it itself, as a kernel
+ * submitter does at blk_finish_plug, and so does one that would
+ * otherwise sleep (FUA, FLUSH, ack=dispatched, a full queue); a write
+ * that joins a queue already running writes out a few batches
+ * (HELP_ROUND) if a token is free, so every arrival pays for about its
+ * own share.  The disk's dispatch thread does what no request thread is
+ * there for: the unplug timer, a volume's flush, a backlog, retries.
+ * An asynchronous backend's submissions all come from the dispatch
+ * thread, and the backend's own thread completes them.
+ *
+ * Holders take batches under the lock and never one over bytes still in
+ * flight, so nothing in flight can overlap a newer write; the lock is
+ * dropped for every backend operation.
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <stddef.h>
+
+#include "log.h"
+#include "queue_internal.h"
+
+/* ------------------------------------------------------------ issuing */
+
+/* Backend thread, or inside batch_submit: an asynchronous operation
+ * finished.  Takes q->lock.
+ */
+static void
+batch_done (struct backend_io *io, int err)
+{
+  struct batch *b = (struct batch *) ((char *) io
+                                      - offsetof (struct batch, io));
+  struct queue *q = b->q;
+
+  b->finished_ns = monotonic_ns ();
+  lock_acquire (&q->lock);
+  batch_complete (q, b, err);
+  pthread_cond_broadcast (&q->progress);
+  pthread_cond_signal (&q->dispatch_wake);
+  lock_release (&q->lock);
+}
+
+/* An asynchronous backend: hands b over.  Drops q->lock while the
+ * backend takes it (its completion may run inside the call).
+ */
+static void
+batch_submit (struct queue *q, struct batch *b)
+{
+  struct backend *be = q->backend;
+
+  queue_assert_locked (q);
+  lock_release (&q->lock);
+  b->issued_ns = monotonic_ns ();
+  batch_prepare (b);
+  b->io.done = batch_done;
+  if (be->ops->io (be, &b->io) == -1)
+    batch_done (&b->io, errno ? errno : EIO); /* as the backend would */
+  lock_acquire (&q->lock);
+}
+
+/* An unplug sends out what was queued when it happened.  Requests that
+ * arrived during that dispatch plug the queue again unless they already
+ * make a threshold's worth, or somebody is waiting for them: so a busy
+ * queue keeps building merges instead of trickling out one small
+ * operation per arrival.
+ */
+static bool
+should_replug (const struct queue *q)
+{
+  const struct piece *oldest = TAILQ_FIRST (&q->by_age);
+
+  queue_assert_locked (q);
+  return oldest && oldest->seq > q->unplug_seq
+    && q->cfg.unplug_thresh > 1
+    && q->nr_queued < q->cfg.unplug_thresh
+    && q->queued_bytes < q->merge_limit
+    && !q->flush.wanted && !q->stopping && q->full_waiters == 0
+    && q->dispatched_waiters == 0;
+}
+
+/* While a FLUSH waits, only what it covers goes out: newer batches
+ * would keep operations in flight and hold the flush back.
+ */
+static bool
+can_dispatch (const struct queue *q)
+{
+  const struct piece *oldest = TAILQ_FIRST (&q->by_age);
+
+  queue_assert_locked (q);
+  if (q->state != QUEUE_RUNNING || oldest == NULL
+      || q->nr_batches >= q->max_in_flight)
+    return false;
+  return !q->flush.wanted || oldest->seq <= q->flush.barrier_seq;
+}
+
+/* Performs the batches without the lock, one after the other. */
+static void
+round_write (struct backend *be, struct batch **round, int *err, unsigned n)
+{
+  for (unsigned i = 0; i < n; i++) {
+    round[i]->issued_ns = monotonic_ns ();
+    batch_prepare (round[i]);
+    err[i] = 0;
+    if (be->ops->io (be, &round[i]->io) == -1)
+      err[i] = errno ? errno : EIO;
+    round[i]->finished_ns = monotonic_ns ();
+  }
+}
+
+/* A synchronous backend: every batch the elevator will give (up to
+ * limit, at most SYNC_ROUND) is taken under one hold of the lock and
+ * written in one go without it, so one-piece batches of random writes
+ * do not make the lock the limit.  Drops q->lock while writing.
+ */
+static void
+dispatch_round (struct queue *q, struct batch *first, unsigned limit)
+{
+  struct batch *round[SYNC_ROUND], *b;
+  int err[SYNC_ROUND];
+  unsigned n = 0;
+
+  queue_assert_locked (q);
+  round[n++] = first;
+  while (n < limit && can_dispatch (q) && !should_replug (q)
+         && (b = batch_take (q)) != NULL)
+    round[n++] = b;
+  lock_release (&q->lock);
+  round_write (q->backend, round, err, n);
+  lock_acquire (&q->lock);
+  for (unsigned i = 0; i < n; i++)
+    batch_complete (q, round[i], err[i]);
+  pthread_cond_broadcast (&q->progress);
+}
+
+/* b and up to round - 1 more, by the backend's kind.  Drops q->lock. */
+static void
+dispatch_batches (struct queue *q, struct batch *b, unsigned round)
+{
+  if (backend_is_async (q->backend))
+    batch_submit (q, b);
+  else
+    dispatch_round (q, b, round);
+}
+
+/* ------------------------------------------------------------ steps */
+
+/* Holding a dispatch token: one step of writing the queue out, at most
+ * `round` batches.  False when there is nothing to do now.  May drop
+ * q->lock (the backend I/O of the step).
+ */
+static bool
+dispatch_step (struct queue *q, unsigned round)
+{
+  struct batch *b;
+
+  queue_assert_locked (q);
+  if (q->retrying && (b = retry_due (q)) != NULL) {
+    dispatch_batches (q, b, 1);
+    return true;
+  }
+  if (flush_due (q)) {
+    backend_flush_locked (q);
+    return true;
+  }
+  if (q->state == QUEUE_RUNNING && should_replug (q)) {
+    queue_plug (q);
+    return false;
+  }
+  if (can_dispatch (q) && (b = batch_take (q)) != NULL) {
+    dispatch_batches (q, b, round);
+    return true;
+  }
+  if (q->nr_queued == 0 && q->nr_batches == 0
+      && q->state == QUEUE_RUNNING)
+    q->state = QUEUE_IDLE;      /* the next arrival plugs again */
+  return false;
+}
+
+/* What the dispatch thread must still do when a holder lets go. */
+static bool
+dispatcher_needed (const struct queue *q)
+{
+  queue_assert_locked (q);
+  return q->stopping || flush_due (q) || q->retrying
+    || (can_dispatch (q) && !should_replug (q));
+}
+
+/* While a flush waits or runs, more writers only compete with it for the
+ * disk.
+ */
+static unsigned
+token_limit (const struct queue *q)
+{
+  return q->flush.wanted || q->flush.running ? 1 : q->max_holders;
+}
+
+/* One of the disk's dispatch tokens, if one is free.  An asynchronous
+ * backend's submit costs no more than the wake-up, so its queue stays
+ * with the dispatch thread.
+ */
+static bool
+take_token (struct queue *q)
+{
+  queue_assert_locked (q);
+  if (q->holders >= token_limit (q))
+    return false;               /* the last holder looks again */
+  if (backend_is_async (q->backend) || q->stopping) {
+    queue_kick_dispatcher (q);
+    return false;
+  }
+  q->holders++;
+  return true;
+}
+
+/* The last holder out hands what is left to the dispatch thread. */
+static void
+release_token (struct queue *q)
+{
+  queue_assert_locked (q);
+  if (--q->holders == 0 && dispatcher_needed (q))
+    pthread_cond_signal (&q->dispatch_wake);
+}
+
+/* A request thread writes an unplugged queue out itself when a token is
+ * free, up to `steps` steps of `round` batches.  True when this thread
+ * did some of the work.  May drop q->lock (dispatch_step).
+ */
+bool
+run_queue_here (struct queue *q, int steps, unsigned round)
+{
+  bool worked = false;
+
+  queue_assert_locked (q);
+  if (!take_token (q))
+    return false;
+  for (int i = 0; i < steps && dispatch_step (q, round); i++)
+    worked = true;
+  release_token (q);
+  return worked;
+}
+
+/* A request thread that must wait helps first, as long as it can, then
+ * sleeps until `until` is signalled.  Drops q->lock either way.
+ */
+void
+wait_or_work (struct queue *q, pthread_cond_t *until)
+{
+  queue_assert_locked (q);
+  if (!run_queue_here (q, STEPS_HERE, SYNC_ROUND))
+    lock_wait (until, &q->lock);
+}
+
+/* ------------------------------------------------------------ the thread */
+
+/* Until woken, or until a retry is due.  A retry already due waits for
+ * the token's holder, whose release wakes this thread.  Drops q->lock.
+ */
+static void
+dispatcher_sleep (struct queue *q)
+{
+  uint64_t until = next_retry_ns (q);
+
+  if (until == UINT64_MAX || until <= monotonic_ns ())
+    lock_wait (&q->dispatch_wake, &q->lock);
+  else
+    lock_wait_until (&q->dispatch_wake, &q->lock, until);
+}
+
+static void *
+dispatch_thread (void *arg)
+{
+  struct queue *q = arg;
+
+  lock_acquire (&q->lock);
+  for (;;) {
+    if (q->holders < token_limit (q)) {
+      bool worked;
+
+      q->holders++;
+      worked = dispatch_step (q, SYNC_ROUND);
+      q->holders--;
+      if (worked)
+        continue;
+      if (q->nr_queued == 0 && q->nr_batches == 0 && q->stopping)
+        break;
+    }
+    dispatcher_sleep (q);
+  }
+  lock_release (&q->lock);
+  return NULL;
+}
+
+int
+dispatch_thread_start (struct queue *q)
+{
+  if (engine_thread_create (&q->dispatcher, dispatch_thread, q) == -1) {
+    log_error ("%s: cannot start the dispatch thread: %m", q->name);
+    return -1;
+  }
+  q->dispatcher_started = true;
+  return 0;
+}

@@ -1,0 +1,252 @@
+/* plugq: FLUSH, FUA, group commit, and the errors of answered writes.
+ *
+ * The sequence a FLUSH goes through, as blk-flush.c's PREFLUSH, DATA,
+ * POSTFLUSH:
+ *
+ *   1. BARRIER  flush_start_locked raises flush.barrier_seq to the newest
+ *               piece's sequence number, unplugs the queue, and returns
+ *               a ticket: flush.next_epoch, the first backend flush not
+ *               yet started.
+ *   2. DRAIN    while flush.wanted, dispatch sends only pieces at or
+ *               below the barrier (can_dispatch, the elevator's
+ *               barrier_seq), so newer writes cannot hold the flush
+ *               back.  A newer write that cuts a covered queued piece
+ *               raises the barrier to itself: it now holds the only copy
+ *               of bytes the flush promised.
+ *   3. FLUSH    once nothing at or below the barrier is queued and no
+ *               batch is in flight (flush_due), one dispatch token holder
+ *               runs one backend flush (backend_flush_locked) for epoch
+ *               next_epoch++.  One runs at a time, so epochs end in order.
+ *   4. ANSWER   every waiter whose ticket <= done_epoch is answered:
+ *               all FLUSHes and FUAs that registered before the backend
+ *               flush started share it (group commit).
+ *
+ * A FUA write is queued like any write (cutting older pieces, so no
+ * older write can land over it later), unplugs (sync trigger), and goes
+ * through the same sequence from step 1.
+ *
+ * Errors: a backend flush that fails fails every ticket of its epoch.
+ * A write-out failure that no waiting request hears of (ack=queued) and
+ * a failed backend flush are latched (latch_error), as the kernel's
+ * errseq_t: each session has a cursor per disk, and its next FLUSH or
+ * FUA reports the error once; a session opened after the error is told
+ * too if nobody has been yet.
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <string.h>
+
+#include "log.h"
+#include "queue_internal.h"
+#include "session.h"
+
+/* ------------------------------------------------------------ errors */
+
+/* The session's cursor for this disk, set on first use to what it would
+ * have been had it been set when the session opened: a session that
+ * existed at the latest error is told of it, and one opened later only
+ * if nobody has been yet (as errseq_sample does at open).
+ */
+uint64_t *
+error_cursor (struct queue *q, struct session *s)
+{
+  uint64_t *slot = session_slot (s, q->index);
+
+  queue_assert_locked (q);
+  if (slot && *slot == SESSION_SLOT_UNSET) {
+    bool existed = q->error.seq > 0
+      && session_id (s) <= q->error.sessions_then;
+
+    *slot = q->error.seq > 0 && (existed || !q->error.seen)
+      ? q->error.seq - 1 : q->error.seq;
+  }
+  return slot;
+}
+
+void
+latch_error (struct queue *q, int errnum)
+{
+  queue_assert_locked (q);
+  q->error.seq++;
+  q->error.errnum = errnum;
+  q->error.seen = false;
+  q->error.sessions_then = session_generation ();
+  q->stats.latched_errors++;
+}
+
+/* The latched error this session has not been told about, or 0. */
+static int
+take_latched_error (struct queue *q, struct session *s)
+{
+  uint64_t *cursor = error_cursor (q, s);
+
+  queue_assert_locked (q);
+  if (q->error.seq == 0)
+    return 0;
+  if (cursor == NULL) {         /* no session: report what nobody saw */
+    if (q->error.seen)
+      return 0;
+    q->error.seen = true;
+    return q->error.errnum;
+  }
+  if (*cursor >= q->error.seq)
+    return 0;
+  *cursor = q->error.seq;
+  q->error.seen = true;
+  return q->error.errnum;
+}
+
+/* ------------------------------------------------------------ tickets */
+
+/* Step 1: the barrier, the unplug, the ticket. */
+uint64_t
+flush_start_locked (struct queue *q)
+{
+  queue_assert_locked (q);
+  q->flush.wanted = true;
+  if (q->next_seq > q->flush.barrier_seq)
+    q->flush.barrier_seq = q->next_seq;
+  queue_unplug_locked (q, UNPLUG_FLUSH);
+  return q->flush.next_epoch;
+}
+
+/* Step 4: waits for the ticket's epoch; 0 or an errno.  Drops q->lock
+ * while it sleeps, and may write the queue out itself (wait_or_work).
+ *
+ * Not woken by every written batch: a FUA stream keeps a dozen threads
+ * here, and waking them all for each batch costs context switches.
+ * Whoever holds a token, or the dispatch thread after it, brings the
+ * flush about.
+ */
+int
+flush_wait_locked (struct queue *q, struct session *s, uint64_t ticket)
+{
+  int err, latched;
+
+  queue_assert_locked (q);
+  while (q->flush.done_epoch < ticket)
+    wait_or_work (q, &q->flushed);
+  err = q->flush.failed_epoch >= ticket ? q->flush.failed_errno : 0;
+  /* Taken even when the flush failed: that answer tells this session. */
+  latched = take_latched_error (q, s);
+  return err ? err : latched;
+}
+
+uint64_t
+queue_flush_start (struct queue *q)
+{
+  uint64_t ticket;
+
+  lock_acquire (&q->lock);
+  q->stats.flushes++;
+  ticket = flush_start_locked (q);
+  queue_kick_dispatcher (q);    /* a volume starts every member at once */
+  lock_release (&q->lock);
+  return ticket;
+}
+
+/* Lock held on entry, released on return. */
+static int
+flush_wait_and_unlock (struct queue *q, struct session *s, uint64_t ticket,
+                       uint64_t start_ns)
+{
+  int err = flush_wait_locked (q, s, ticket);
+
+  latency_record (&q->stats.flush_time, monotonic_ns () - start_ns);
+  lock_release (&q->lock);
+  if (err) {
+    errno = err;
+    return -1;
+  }
+  return 0;
+}
+
+int
+queue_flush_wait (struct queue *q, struct session *s, uint64_t ticket)
+{
+  uint64_t start = monotonic_ns ();
+
+  lock_acquire (&q->lock);
+  return flush_wait_and_unlock (q, s, ticket, start);
+}
+
+/* One disk: no other member to overlap with, so the flushing thread
+ * does the work itself instead of waking the dispatch thread for it.
+ */
+int
+queue_flush (struct queue *q, struct session *s)
+{
+  uint64_t start = monotonic_ns ();
+
+  lock_acquire (&q->lock);
+  q->stats.flushes++;
+  return flush_wait_and_unlock (q, s, flush_start_locked (q), start);
+}
+
+/* ------------------------------------------------------------ the flush */
+
+/* Whether a pending FLUSH promised p's bytes (step 2). */
+bool
+flush_covers (const struct queue *q, const struct piece *p)
+{
+  queue_assert_locked (q);
+  return q->flush.wanted && p->seq <= q->flush.barrier_seq;
+}
+
+/* Pieces up to the flush barrier are still queued or in flight. */
+static bool
+flush_blocked (const struct queue *q)
+{
+  const struct piece *oldest = TAILQ_FIRST (&q->by_age);
+
+  queue_assert_locked (q);
+  return q->nr_batches > 0
+    || (oldest && oldest->seq <= q->flush.barrier_seq);
+}
+
+/* Step 3's condition.  A flush goes first once its barrier is clear, or
+ * a stream of new writes would keep it waiting for an empty queue
+ * forever.  One at a time: with several token holders a second could
+ * finish first, and epochs are answered in order.
+ */
+bool
+flush_due (const struct queue *q)
+{
+  queue_assert_locked (q);
+  return q->flush.wanted && !q->flush.running && !flush_blocked (q);
+}
+
+/* Step 3: one backend flush, run by a dispatch token holder.  Drops
+ * q->lock during the backend flush.
+ */
+void
+backend_flush_locked (struct queue *q)
+{
+  uint64_t epoch = q->flush.next_epoch++;
+  int err = 0;
+
+  queue_assert_locked (q);
+  q->flush.wanted = false;
+  q->flush.running = true;
+  lock_release (&q->lock);
+  if (q->backend->ops->flush (q->backend) == -1)
+    err = errno ? errno : EIO;
+  lock_acquire (&q->lock);
+  q->flush.running = false;
+  q->stats.backend_flushes++;
+  /* The answered writes it carried may be lost (a page cache drops a
+   * page it could not write back, and reports that once): every
+   * session with writes before it must hear of it, not only the
+   * requests waiting on this flush.
+   */
+  if (err) {
+    q->flush.failed_epoch = epoch;
+    q->flush.failed_errno = err;
+    latch_error (q, err);
+    log_error ("%s: backend flush failed: %s (reported on each"
+               " connection's next flush)", q->name, strerror (err));
+  }
+  q->flush.done_epoch = epoch;
+  pthread_cond_broadcast (&q->flushed);
+}

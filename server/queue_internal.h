@@ -1,0 +1,181 @@
+/* plugq: the inside of one disk's queue, shared by the files that make
+ * it up.  Internal to server/; the API is queue.h.
+ *
+ *   queue.c          the public API: life cycle, plugging, submitting
+ *   queue_pieces.c   the piece trees: insert, cut, split, byte counts
+ *   queue_read.c     reads and extents laid over the queue's pieces
+ *   queue_flush.c    FLUSH, FUA, group commit and latched errors
+ *   queue_batch.c    batches: taking pieces, completing, retrying
+ *   queue_dispatch.c who writes the queue out: rounds, dispatch tokens,
+ *                    the dispatch thread
+ *
+ * Locking: every field below is protected by q->lock unless it says
+ * otherwise.  A helper that needs the lock starts with
+ * queue_assert_locked (q); one that drops and retakes it says so in the
+ * comment above it, and its callers must not keep pointers into the
+ * trees across the call.  The lock is never held across backend I/O.
+ */
+#ifndef PLUGQ_QUEUE_INTERNAL_H
+#define PLUGQ_QUEUE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "backend.h"
+#include "elevator.h"
+#include "lock.h"
+#include "piece.h"
+#include "queue.h"
+#include "timer_service.h"
+
+#define NS_PER_MS (UINT64_C (1000000))
+
+#define queue_assert_locked(q) lock_assert_held (&(q)->lock)
+
+/* Where a queue is in its plug cycle (as the kernel's plugged request
+ * queue): IDLE holds nothing and waits for a first piece, PLUGGED
+ * collects pieces until an unplug trigger, RUNNING is written out until
+ * it is empty again (or plugs again, see should_replug).
+ */
+enum plug_state {
+  QUEUE_IDLE,
+  QUEUE_PLUGGED,
+  QUEUE_RUNNING,
+};
+
+struct flush_state {
+  bool wanted;
+  bool running;                 /* a backend flush is in progress */
+  uint64_t barrier_seq;         /* pieces up to here go before the flush */
+  uint64_t next_epoch;          /* the backend flush not yet started */
+  uint64_t done_epoch;          /* the last backend flush finished */
+  uint64_t failed_epoch;        /* the last backend flush that failed */
+  int failed_errno;
+};
+
+/* Write-back errors of answered writes, as the kernel's errseq_t. */
+struct latched_error {
+  uint64_t seq;                 /* bumped on every error */
+  int errnum;
+  bool seen;
+  uint64_t sessions_then;       /* session generation at the latest error */
+};
+
+/* Vectors a batch carries without an allocation: random writes make
+ * batches of one piece.
+ */
+#define BATCH_INLINE_IOV 4
+
+/* One backend operation and the pieces it carries. */
+struct batch {
+  struct queue *q;
+  struct batch *next_free;      /* on the queue's spare list */
+  struct piece_list pieces;
+  uint32_t nr_pieces;
+  uint32_t requests;            /* distinct requests among them */
+  uint64_t offset;
+  uint64_t bytes;
+  enum op_kind kind;
+  bool may_trim;
+  uint64_t issued_ns;
+  uint64_t finished_ns;         /* its backend operation, not the round */
+  struct iovec *iov;            /* room for every piece */
+  uint32_t iov_room;
+  struct iovec inline_iov[BATCH_INLINE_IOV];
+  struct backend_io io;
+  struct batch *next_retry;     /* on the queue's retrying list */
+  uint64_t first_failed_ns;     /* 0: has not failed for want of memory */
+  uint64_t retry_delay_ns;
+  uint64_t retry_at_ns;
+};
+
+struct queue {
+  /* Set at creation, read-only after. */
+  char *name;
+  struct backend *backend;
+  struct queue_config cfg;
+  uint64_t merge_limit;         /* min (max-merge, backend max_write) */
+  unsigned index;               /* this disk's slot in every session */
+  unsigned max_holders;         /* the backend's max_writers */
+  uint32_t max_in_flight;       /* batches taken at once */
+  struct buffer_pool *buffers;  /* spare mappings for aligned data;
+                                 * has its own lock */
+
+  struct lock lock;
+  pthread_cond_t dispatch_wake; /* the dispatch thread sleeps here */
+  pthread_cond_t progress;      /* pieces written, space */
+  pthread_cond_t flushed;       /* a backend flush finished */
+
+  struct piece_tree by_offset;
+  struct piece_list by_age;
+  struct piece_tree in_flight;  /* pieces on their way, by offset */
+  uint32_t nr_batches;
+  struct batch *spare_batches;  /* finished, for the next to reuse */
+  struct batch *retrying;       /* in flight, waiting to be tried again */
+  struct elevator_state elevator;
+  uint32_t nr_queued;
+  uint64_t queued_bytes;
+  uint64_t next_seq;
+
+  enum plug_state state;
+  unsigned holders;             /* dispatch tokens held */
+  uint64_t unplug_seq;          /* an unplug sends out everything up to here */
+  uint32_t full_waiters;
+  uint32_t dispatched_waiters;  /* ack=dispatched writers not yet answered */
+  bool stopping;
+
+  struct flush_state flush;
+  struct latched_error error;
+
+  struct unplug_timer timer;    /* lock-free; see timer_service.h */
+  pthread_t dispatcher;         /* touched by start and stop only */
+  bool dispatcher_started;
+
+  struct queue_stats stats;
+};
+
+/* queue.c */
+int queue_check_range (const struct queue *, uint64_t count,
+                       uint64_t offset);
+void queue_plug (struct queue *);
+void queue_unplug_locked (struct queue *, enum unplug_cause);
+void queue_kick_dispatcher (struct queue *);
+
+/* queue_pieces.c */
+struct piece *piece_new (const struct queue *, enum op_kind, uint64_t count,
+                         uint64_t offset, unsigned flags);
+void piece_free (struct piece *);
+void queue_link (struct queue *, struct piece *, struct piece *after);
+void queue_unlink (struct queue *, struct piece *);
+struct piece *first_reaching (struct piece_tree *, uint64_t offset);
+int cut_overlaps (struct queue *, uint64_t offset, uint64_t end);
+
+/* queue_flush.c */
+uint64_t flush_start_locked (struct queue *);
+int flush_wait_locked (struct queue *, struct session *, uint64_t ticket);
+bool flush_covers (const struct queue *, const struct piece *);
+bool flush_due (const struct queue *);
+void backend_flush_locked (struct queue *);
+uint64_t *error_cursor (struct queue *, struct session *);
+void latch_error (struct queue *, int errnum);
+
+/* queue_batch.c */
+bool batch_reserve (struct queue *);
+void batches_free (struct queue *);
+struct batch *batch_take (struct queue *);
+void batch_prepare (struct batch *);
+void batch_complete (struct queue *, struct batch *, int err);
+struct batch *retry_due (struct queue *);
+uint64_t next_retry_ns (const struct queue *);
+
+/* queue_dispatch.c */
+#define STEPS_HERE 4
+#define SYNC_ROUND 32
+#define HELP_ROUND 4
+bool run_queue_here (struct queue *, int steps, unsigned round);
+void wait_or_work (struct queue *, pthread_cond_t *until);
+int dispatch_thread_start (struct queue *);
+
+#endif /* PLUGQ_QUEUE_INTERNAL_H */

@@ -1,0 +1,189 @@
+/* plugq: a queue's piece trees.
+ *
+ * Queued pieces sit in two orders, by offset (a red-black tree the
+ * elevator sweeps) and by age (a list the deadline check and the flush
+ * barrier read), and never overlap: before a piece is inserted it cuts
+ * every older queued piece it covers (cut_overlaps), so the newest data
+ * wins whatever order the elevator dispatches in.  Pieces in flight have
+ * a tree of their own and are never cut.
+ *
+ * queued_bytes counts the data of queued writes; every change of a
+ * write piece's length goes through account_bytes.
+ */
+#include <config.h>
+
+#include <stdlib.h>
+
+#include "data_buffer.h"
+#include "queue_internal.h"
+
+RB_GENERATE (piece_tree, piece, by_offset, piece_cmp);
+
+struct piece *
+piece_new (const struct queue *q, enum op_kind kind, uint64_t count,
+           uint64_t offset, unsigned flags)
+{
+  struct piece *p = calloc (1, sizeof *p);
+
+  if (p == NULL)
+    return NULL;
+  p->offset = offset;
+  p->length = count;
+  p->kind = kind;
+  p->may_trim = (flags & REQ_MAY_TRIM) != 0;
+  p->arrival_ns = monotonic_ns ();
+  p->expires_ns = p->arrival_ns + q->cfg.write_expire_ns;
+  return p;
+}
+
+void
+piece_free (struct piece *p)
+{
+  data_buffer_put (p->buf);
+  free (p);
+}
+
+/* Adds delta (which may be negative) to the queued data when p holds
+ * data; zeroes and trims hold none.
+ */
+static void
+account_bytes (struct queue *q, const struct piece *p, int64_t delta)
+{
+  queue_assert_locked (q);
+  if (p->kind == OP_WRITE)
+    q->queued_bytes += delta;
+}
+
+void
+queue_link (struct queue *q, struct piece *p, struct piece *after)
+{
+  queue_assert_locked (q);
+  RB_INSERT (piece_tree, &q->by_offset, p);
+  if (after)
+    TAILQ_INSERT_AFTER (&q->by_age, after, p, by_age);
+  else
+    TAILQ_INSERT_TAIL (&q->by_age, p, by_age);
+  q->nr_queued++;
+  account_bytes (q, p, p->length);
+}
+
+void
+queue_unlink (struct queue *q, struct piece *p)
+{
+  queue_assert_locked (q);
+  RB_REMOVE (piece_tree, &q->by_offset, p);
+  TAILQ_REMOVE (&q->by_age, p, by_age);
+  q->nr_queued--;
+  account_bytes (q, p, -(int64_t) p->length);
+}
+
+/* A piece that will never reach the backend because a newer request
+ * covers it counts as written for whoever waits on it: the newer data
+ * is what the disk must hold.
+ */
+static void
+piece_superseded (struct queue *q, struct piece *p)
+{
+  queue_assert_locked (q);
+  queue_unlink (q, p);
+  if (p->waiter && --p->waiter->pending == 0)
+    pthread_cond_broadcast (&q->progress);
+  piece_free (p);
+}
+
+/* Drops p's bytes before new_offset; it keeps its place in both orders
+ * (its start moves up, but never past its successor's).
+ */
+static void
+piece_drop_front (struct queue *q, struct piece *p, uint64_t new_offset)
+{
+  uint64_t cut = new_offset - p->offset;
+
+  account_bytes (q, p, -(int64_t) cut);
+  p->offset = new_offset;
+  p->length -= cut;
+  p->buf_offset += cut;
+}
+
+/* Drops p's bytes from new_end on. */
+static void
+piece_drop_back (struct queue *q, struct piece *p, uint64_t new_end)
+{
+  account_bytes (q, p, -(int64_t) (piece_end (p) - new_end));
+  p->length = new_end - p->offset;
+}
+
+/* The part of p past `end` as a piece of its own, next to p in age;
+ * p keeps the part before end.  NULL when out of memory (p unchanged).
+ */
+static struct piece *
+piece_split_tail (struct queue *q, struct piece *p, uint64_t end)
+{
+  struct piece *tail = malloc (sizeof *tail);
+
+  queue_assert_locked (q);
+  if (tail == NULL)
+    return NULL;
+  *tail = *p;
+  if (tail->buf)
+    data_buffer_get (tail->buf);
+  if (tail->waiter)
+    tail->waiter->pending++;
+  tail->length = piece_end (p) - end;
+  tail->buf_offset += end - p->offset;
+  tail->offset = end;
+  piece_drop_back (q, p, end);
+  queue_link (q, tail, p);
+  return tail;
+}
+
+/* The first piece of a tree that reaches offset or beyond.  Pieces in
+ * one tree never overlap, so only the one before the first that starts
+ * at offset or later can reach into the range.
+ */
+struct piece *
+first_reaching (struct piece_tree *tree, uint64_t offset)
+{
+  struct piece key = { .offset = offset };
+  struct piece *p = RB_NFIND (piece_tree, tree, &key);
+  struct piece *prev = p ? RB_PREV (piece_tree, tree, p)
+    : RB_MAX (piece_tree, tree);
+
+  return prev && piece_end (prev) > offset ? prev : p;
+}
+
+/* Makes [offset, end) free of queued pieces, so the new piece is the
+ * only source of those bytes.  In-flight pieces are left alone: they are
+ * older, already being written, and the new piece goes out after them.
+ * 1 when a cut piece was one a pending FLUSH covers: the new piece now
+ * holds the only copy of bytes that flush promised.  -1 when out of
+ * memory, with nothing cut.
+ */
+int
+cut_overlaps (struct queue *q, uint64_t offset, uint64_t end)
+{
+  struct piece *p = first_reaching (&q->by_offset, offset);
+  int covered = 0;
+
+  queue_assert_locked (q);
+  if (p && p->offset < offset) {        /* keeps its head */
+    struct piece *head = p;
+
+    p = RB_NEXT (piece_tree, &q->by_offset, head);
+    if (piece_end (head) > end && piece_split_tail (q, head, end) == NULL)
+      return -1;
+    covered |= flush_covers (q, head);
+    piece_drop_back (q, head, offset);
+  }
+  while (p && p->offset < end) {
+    struct piece *next = RB_NEXT (piece_tree, &q->by_offset, p);
+
+    covered |= flush_covers (q, p);
+    if (piece_end (p) <= end)
+      piece_superseded (q, p);
+    else
+      piece_drop_front (q, p, end);
+    p = next;
+  }
+  return covered;
+}
