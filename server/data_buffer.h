@@ -9,28 +9,59 @@
 #define PLUGQ_DATA_BUFFER_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 struct buffer_pool;
+struct data_buffer;
+
+/* Writes of up to DATA_BUFFER_SMALL bytes get a buffer of exactly that
+ * room, and a disk keeps up to DATA_BUFFER_SPARES freed ones for its
+ * next writes: a stream of small writes then allocates nothing.  The
+ * spares are a bounded lock-free ring (each cell's sequence number says
+ * whether it is free to fill or to take), one per disk.
+ */
+#define DATA_BUFFER_SMALL 4096
+#define DATA_BUFFER_SPARES 64   /* a power of 2 */
+
+struct data_buffer_spare_cell {
+  _Atomic size_t seq;
+  struct data_buffer *b;
+};
+
+struct data_buffer_spares {
+  struct data_buffer_spare_cell cell[DATA_BUFFER_SPARES];
+  _Atomic size_t head;          /* next cell to take */
+  _Atomic size_t tail;          /* next cell to fill */
+};
+
+void data_buffer_spares_init (struct data_buffer_spares *);
 
 struct data_buffer {
   _Atomic uint32_t refs;
   uint32_t size;
   size_t mapped_size;           /* data is a mapping from pool, or 0 */
   struct buffer_pool *pool;
+  struct data_buffer_spares *spares; /* a small buffer goes back here */
   unsigned char *data;          /* right after the header unless aligned */
 };
 
 /* A copy of src; its data aligned to align (a power of 2) when that is
  * more than 1, as O_DIRECT needs.  Aligned buffers of BUFFER_POOL_MIN
- * or more come from pool and go back to it.
+ * or more come from pool and go back to it; small ones come from and go
+ * back to spares (NULL: none kept).  A disk passes the same align,
+ * pool and spares every time.
  */
 struct data_buffer *data_buffer_new (const void *src, uint32_t size,
                                      uint32_t align,
-                                     struct buffer_pool *pool);
+                                     struct buffer_pool *pool,
+                                     struct data_buffer_spares *spares);
 struct data_buffer *data_buffer_get (struct data_buffer *);
 /* Drops a reference; NULL is ignored. */
 void data_buffer_put (struct data_buffer *);
+
+/* Frees the spare buffers, once no buffer can come back to them. */
+void data_buffer_spares_free (struct data_buffer_spares *);
 
 #endif /* PLUGQ_DATA_BUFFER_H */

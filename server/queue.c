@@ -64,6 +64,8 @@ queue_init_fields (struct queue *q, struct backend *backend,
   RB_INIT (&q->by_offset);
   TAILQ_INIT (&q->by_age);
   RB_INIT (&q->in_flight);
+  TAILQ_INIT (&q->spare_pieces);
+  data_buffer_spares_init (&q->spare_buffers);
   q->max_holders = !backend_is_async (backend) && backend->max_writers > 1
     ? backend->max_writers : 1;
   q->max_in_flight = backend_is_async (backend) && backend->max_in_flight > 1
@@ -256,20 +258,28 @@ queue_check_range (const struct queue *q, uint64_t count, uint64_t offset)
   return 0;
 }
 
-/* p joins the queue: cuts what it covers, takes its sequence number,
- * counts, and moves the plug.  -1 (ENOMEM) when a cut could not be made.
+/* The request r joins the queue as a piece: it cuts what it covers,
+ * takes its sequence number, is counted, and moves the plug.  -1
+ * (ENOMEM) when no piece could be had or a cut could not be made.
  */
 static int
-insert_piece (struct queue *q, struct session *s, struct piece *p,
+insert_piece (struct queue *q, struct session *s, const struct piece *r,
               unsigned flags, struct completion *waiter, bool *unplugged)
 {
-  struct op_counters *c = &q->stats.op[p->kind];
+  struct op_counters *c = &q->stats.op[r->kind];
+  struct piece *p = piece_alloc (q);
   int covered;
 
   queue_assert_locked (q);
-  covered = cut_overlaps (q, p->offset, piece_end (p));
-  if (covered == -1)
+  if (p == NULL)
     return -1;
+  covered = cut_overlaps (q, r->offset, piece_end (r));
+  if (covered == -1) {
+    p->buf = NULL;
+    piece_release (q, p);
+    return -1;
+  }
+  *p = *r;
   error_cursor (q, s);          /* this session now has writes here */
   p->seq = ++q->next_seq;
   /* The flush that covered what p replaced now waits for p. */
@@ -299,9 +309,12 @@ wait_dispatched (struct queue *q, struct completion *done)
   return done->err;
 }
 
-/* Queues p (unlocked on entry) and waits as the ack mode and FUA say. */
+/* Queues the request r (unlocked on entry; r's buffer, if any, passes
+ * to the queue) and waits as the ack mode and FUA say.
+ */
 static int
-submit (struct queue *q, struct session *s, struct piece *p, unsigned flags)
+submit (struct queue *q, struct session *s, const struct piece *r,
+        unsigned flags)
 {
   struct completion done = { .pending = 1 };
   bool wait = (flags & REQ_FUA) || q->cfg.ack == ACK_DISPATCHED;
@@ -309,10 +322,10 @@ submit (struct queue *q, struct session *s, struct piece *p, unsigned flags)
   int err = 0;
 
   lock_acquire (&q->lock);
-  wait_for_space (q, p->kind == OP_WRITE ? p->length : 0);
-  if (insert_piece (q, s, p, flags, wait ? &done : NULL, &unplugged) == -1) {
+  wait_for_space (q, r->kind == OP_WRITE ? r->length : 0);
+  if (insert_piece (q, s, r, flags, wait ? &done : NULL, &unplugged) == -1) {
     lock_release (&q->lock);
-    piece_free (p);
+    data_buffer_put (r->buf);
     errno = ENOMEM;
     return -1;
   }
@@ -339,21 +352,20 @@ int
 queue_pwrite (struct queue *q, struct session *s, const void *buf,
               uint32_t count, uint64_t offset, unsigned flags)
 {
-  struct piece *p;
+  struct piece r;
 
   if (queue_check_range (q, count, offset) == -1)
     return -1;
   if (count == 0)
     return 0;
-  p = piece_new (q, OP_WRITE, count, offset, flags);
-  if (p == NULL
-      || (p->buf = data_buffer_new (buf, count, q->backend->buffer_align,
-                                    q->buffers)) == NULL) {
-    free (p);
+  piece_init (q, &r, OP_WRITE, count, offset, flags);
+  r.buf = data_buffer_new (buf, count, q->backend->buffer_align, q->buffers,
+                           &q->spare_buffers);
+  if (r.buf == NULL) {
     errno = ENOMEM;
     return -1;
   }
-  return submit (q, s, p, flags);
+  return submit (q, s, &r, flags);
 }
 
 /* Zeroes and trims: a piece with no data. */
@@ -361,15 +373,12 @@ static int
 submit_dataless (struct queue *q, struct session *s, enum op_kind kind,
                  uint64_t count, uint64_t offset, unsigned flags)
 {
-  struct piece *p;
+  struct piece r;
 
   if (count == 0)
     return 0;
-  if ((p = piece_new (q, kind, count, offset, flags)) == NULL) {
-    errno = ENOMEM;
-    return -1;
-  }
-  return submit (q, s, p, flags);
+  piece_init (q, &r, kind, count, offset, flags);
+  return submit (q, s, &r, flags);
 }
 
 int
@@ -435,18 +444,14 @@ queue_stop (struct queue *q)
 void
 queue_free (struct queue *q)
 {
-  struct piece *p;
-
   if (q == NULL)
     return;
   queue_stop (q);
   lock_acquire (&q->lock);      /* for the helpers' assertions */
-  while ((p = TAILQ_FIRST (&q->by_age)) != NULL) {
-    queue_unlink (q, p);
-    piece_free (p);
-  }
+  pieces_free (q);
   lock_release (&q->lock);
   batches_free (q);
+  data_buffer_spares_free (&q->spare_buffers);
   backend_close (q->backend);
   buffer_pool_free (q->buffers);
   lock_destroy (&q->lock);

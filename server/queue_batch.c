@@ -339,7 +339,7 @@ piece_complete (struct queue *q, struct piece *p, int err, uint64_t now,
   }
   if (p->waiter)
     p->waiter->pending--;
-  piece_free (p);
+  piece_release (q, p);
 }
 
 /* The batch is on the backend (or failed).  The caller wakes the

@@ -24,6 +24,7 @@
 #include <sys/uio.h>
 
 #include "backend.h"
+#include "data_buffer.h"
 #include "elevator.h"
 #include "lock.h"
 #include "piece.h"
@@ -102,6 +103,7 @@ struct queue {
   uint32_t max_in_flight;       /* batches taken at once */
   struct buffer_pool *buffers;  /* spare mappings for aligned data;
                                  * has its own lock */
+  struct data_buffer_spares spare_buffers; /* lock-free */
 
   struct lock lock;
   pthread_cond_t dispatch_wake; /* the dispatch thread sleeps here */
@@ -111,6 +113,8 @@ struct queue {
   struct piece_tree by_offset;
   struct piece_list by_age;
   struct piece_tree in_flight;  /* pieces on their way, by offset */
+  struct piece_list spare_pieces; /* for the next requests to reuse */
+  uint32_t nr_spare_pieces;
   uint32_t nr_batches;
   struct batch *spare_batches;  /* finished, for the next to reuse */
   struct batch *retrying;       /* in flight, waiting to be tried again */
@@ -144,9 +148,11 @@ void queue_unplug_locked (struct queue *, enum unplug_cause);
 void queue_kick_dispatcher (struct queue *);
 
 /* queue_pieces.c */
-struct piece *piece_new (const struct queue *, enum op_kind, uint64_t count,
-                         uint64_t offset, unsigned flags);
-void piece_free (struct piece *);
+void piece_init (const struct queue *, struct piece *, enum op_kind,
+                 uint64_t count, uint64_t offset, unsigned flags);
+struct piece *piece_alloc (struct queue *);
+void piece_release (struct queue *, struct piece *);
+void pieces_free (struct queue *);
 void queue_link (struct queue *, struct piece *, struct piece *after);
 void queue_unlink (struct queue *, struct piece *);
 struct piece *first_reaching (struct piece_tree *, uint64_t offset);

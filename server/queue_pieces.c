@@ -19,28 +19,64 @@
 
 RB_GENERATE (piece_tree, piece, by_offset, piece_cmp);
 
-struct piece *
-piece_new (const struct queue *q, enum op_kind kind, uint64_t count,
-           uint64_t offset, unsigned flags)
+void
+piece_init (const struct queue *q, struct piece *p, enum op_kind kind,
+            uint64_t count, uint64_t offset, unsigned flags)
 {
-  struct piece *p = calloc (1, sizeof *p);
-
-  if (p == NULL)
-    return NULL;
-  p->offset = offset;
-  p->length = count;
-  p->kind = kind;
-  p->may_trim = (flags & REQ_MAY_TRIM) != 0;
-  p->arrival_ns = monotonic_ns ();
+  *p = (struct piece) {
+    .offset = offset, .length = count, .kind = kind,
+    .may_trim = (flags & REQ_MAY_TRIM) != 0,
+    .arrival_ns = monotonic_ns (),
+  };
   p->expires_ns = p->arrival_ns + q->cfg.write_expire_ns;
+}
+
+/* Spare pieces are linked by their by_age entry.  A queue keeps as many
+ * as it may hold queued, so a steady stream allocates none.
+ */
+struct piece *
+piece_alloc (struct queue *q)
+{
+  struct piece *p = TAILQ_FIRST (&q->spare_pieces);
+
+  queue_assert_locked (q);
+  if (p == NULL)
+    return malloc (sizeof *p);
+  TAILQ_REMOVE (&q->spare_pieces, p, by_age);
+  q->nr_spare_pieces--;
   return p;
 }
 
 void
-piece_free (struct piece *p)
+piece_release (struct queue *q, struct piece *p)
 {
+  queue_assert_locked (q);
   data_buffer_put (p->buf);
-  free (p);
+  p->buf = NULL;
+  if (q->nr_spare_pieces >= q->cfg.queue_requests) {
+    free (p);
+    return;
+  }
+  TAILQ_INSERT_HEAD (&q->spare_pieces, p, by_age);
+  q->nr_spare_pieces++;
+}
+
+/* With the queue. */
+void
+pieces_free (struct queue *q)
+{
+  struct piece *p;
+
+  queue_assert_locked (q);
+  while ((p = TAILQ_FIRST (&q->by_age)) != NULL) {
+    queue_unlink (q, p);
+    piece_release (q, p);
+  }
+  while ((p = TAILQ_FIRST (&q->spare_pieces)) != NULL) {
+    TAILQ_REMOVE (&q->spare_pieces, p, by_age);
+    free (p);
+  }
+  q->nr_spare_pieces = 0;
 }
 
 /* Adds delta (which may be negative) to the queued data when p holds
@@ -88,7 +124,7 @@ piece_superseded (struct queue *q, struct piece *p)
   queue_unlink (q, p);
   if (p->waiter && --p->waiter->pending == 0)
     pthread_cond_broadcast (&q->progress);
-  piece_free (p);
+  piece_release (q, p);
 }
 
 /* Drops p's bytes before new_offset; it keeps its place in both orders
@@ -119,9 +155,8 @@ piece_drop_back (struct queue *q, struct piece *p, uint64_t new_end)
 static struct piece *
 piece_split_tail (struct queue *q, struct piece *p, uint64_t end)
 {
-  struct piece *tail = malloc (sizeof *tail);
+  struct piece *tail = piece_alloc (q);
 
-  queue_assert_locked (q);
   if (tail == NULL)
     return NULL;
   *tail = *p;
