@@ -196,36 +196,36 @@ batch_take (struct queue *q)
   return b;
 }
 
-static int
-seq_cmp (const void *a, const void *b)
-{
-  uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
-
-  return x < y ? -1 : x > y;
-}
-
 /* Requests in the batch: fragments of one request cut apart by a newer
  * one and joined again are not merges.
+ *
+ * One pass in offset order with a stack of sequence numbers: a request
+ * is only ever split by newer ones landing inside it, so everything
+ * between two of its fragments is newer than it.  Popping what is newer
+ * than the current piece leaves its own request on top if a fragment of
+ * it came before.
  */
 static uint32_t
 batch_requests (const struct batch *b)
 {
-  SMALL_VEC (uint64_t, 32) seqs;
+  SMALL_VEC (uint64_t, 32) open;
   const struct piece *p;
   uint32_t distinct = 0;
 
   if (b->nr_pieces == 1)
     return 1;
-  small_vec_init (&seqs);
-  if (small_vec_reserve (&seqs, b->nr_pieces) == -1)
+  small_vec_init (&open);
+  if (small_vec_reserve (&open, b->nr_pieces) == -1)
     return b->nr_pieces;
-  TAILQ_FOREACH (p, &b->pieces, batch)
-    seqs.v[seqs.len++] = p->seq;
-  qsort (seqs.v, seqs.len, sizeof *seqs.v, seq_cmp);
-  for (size_t i = 0; i < seqs.len; i++)
-    if (i == 0 || seqs.v[i] != seqs.v[i - 1])
-      distinct++;
-  small_vec_free (&seqs);
+  TAILQ_FOREACH (p, &b->pieces, batch) {
+    while (open.len > 0 && open.v[open.len - 1] > p->seq)
+      open.len--;
+    if (open.len > 0 && open.v[open.len - 1] == p->seq)
+      continue;
+    open.v[open.len++] = p->seq;
+    distinct++;
+  }
+  small_vec_free (&open);
   return distinct;
 }
 

@@ -727,6 +727,44 @@ test_thresh_one_never_merges (void)
           MODE);
 }
 
+/* Fragments of one request cut apart by newer writes and written out
+ * together again count as one request, not as merges: A over 16 KiB,
+ * then B inside it, then C inside B go out as one operation of five
+ * pieces (A B C B A) carrying three requests.
+ */
+static void
+test_fragments_are_not_merges (void)
+{
+  struct queue_config cfg = test_config (HOUR, 1000);
+  struct tb_call calls[4];
+  struct queue_stats s;
+  struct test_rig r;
+  size_t n = 0;
+  bool ok;
+
+  ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
+  ok = ok && CHECK (test_write_fill (r.d[0].q, NULL, 'A', 16 * KiB, 0,
+                                     0) == 0);
+  ok = ok && CHECK (test_write_fill (r.d[0].q, NULL, 'B', 8 * KiB, 4 * KiB,
+                                     0) == 0);
+  ok = ok && CHECK (test_write_fill (r.d[0].q, NULL, 'C', 2 * KiB, 6 * KiB,
+                                     0) == 0);
+  ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0);
+  if (ok) {
+    n = writes_of (r.d[0].tb, calls, 4);
+    ok &= CHECK (n == 1 && calls[0].iovcnt == 5
+                 && calls[0].count == 16 * KiB);
+    s = test_stats (r.d[0].q);
+    ok &= CHECK (s.op[OP_WRITE].requests == 3);
+    ok &= CHECK (s.op[OP_WRITE].merges == 2);
+    if (!ok)
+      print_calls (calls, n);
+  }
+  test_rig_stop (&r);
+  tap_ok (ok, "fragments of one request joined again are not merges%s",
+          MODE);
+}
+
 /* Four scattered writes, flushed: the offsets in backend order. */
 static bool
 dispatch_order (const struct elevator_ops *elevator, const uint64_t *want)
@@ -2007,6 +2045,7 @@ static void (*const every_mode[]) (void) = {
   test_drain,
   test_merge,
   test_thresh_one_never_merges,
+  test_fragments_are_not_merges,
   test_newest_wins,
   test_zero_trim_ordering,
   test_read_while_in_flight,
