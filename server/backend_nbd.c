@@ -29,8 +29,8 @@
 #include <libnbd.h>
 
 #include "backend.h"
+#include "engine_thread.h"
 #include "log.h"
-#include "timer_service.h"
 
 #define NBD_DEFAULT_PAYLOAD (32 * 1024 * 1024) /* the spec's default max */
 #define MAX_IN_FLIGHT 16

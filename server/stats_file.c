@@ -14,13 +14,14 @@
 #include <jansson.h>
 
 #include "backend.h"
+#include "clock.h"
 #include "elevator.h"
+#include "engine_thread.h"
 #include "linear.h"
 #include "log.h"
 #include "queue.h"
 #include "stats.h"
 #include "stats_file.h"
-#include "timer_service.h"
 
 struct stats_file {
   char *path;

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "tap.h"
 #include "test_backends.h"
 #include "timer_service.h"

@@ -21,11 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "elevator.h"
 #include "queue.h"
 #include "tap.h"
 #include "test_backends.h"
-#include "timer_service.h"
 
 #define KiB ((uint64_t) 1024)
 #define MiB (KiB * 1024)

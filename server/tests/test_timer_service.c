@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+#include "engine_thread.h"
 #include "tap.h"
 #include "timer_service.h"
 
