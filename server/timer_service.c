@@ -119,7 +119,6 @@ unplug_timer_init (struct unplug_timer *t,
   atomic_init (&t->deadline_ns, 0);
   atomic_init (&t->expiry_ns, 0);
   atomic_init (&t->last_deadline_ns, 0);
-  atomic_init (&t->loop_wakeups, 0);
   t->fire = fire;
   t->arg = arg;
   ev_timer_init (&t->timer, timer_cb, 0., 0.);
@@ -191,10 +190,8 @@ unplug_timer_arm (struct unplug_timer *t, uint64_t delay_ns)
   atomic_store (&t->last_deadline_ns, deadline);
   atomic_store (&t->deadline_ns, deadline);
   expiry = atomic_load (&t->expiry_ns);
-  if (t->service && (expiry == 0 || expiry > deadline)) {
-    atomic_fetch_add_explicit (&t->loop_wakeups, 1, memory_order_relaxed);
+  if (t->service && (expiry == 0 || expiry > deadline))
     ev_async_send (t->service->loop, &t->wake);
-  }
   return deadline;
 }
 

@@ -32,7 +32,6 @@ struct unplug_timer {
   _Atomic uint64_t deadline_ns; /* CLOCK_MONOTONIC; 0 = not armed */
   _Atomic uint64_t last_deadline_ns; /* the latest armed, kept by cancel */
   _Atomic uint64_t expiry_ns;   /* the pending ev_timer's; 0 = none */
-  _Atomic uint64_t loop_wakeups; /* arms that had to wake the loop */
   void (*fire) (void *arg, uint64_t deadline_ns);
   void *arg;
 };
