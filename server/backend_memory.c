@@ -21,6 +21,8 @@
 #define _GNU_SOURCE
 #endif
 
+#include <config.h>
+
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -33,8 +35,9 @@
 #include <sys/uio.h>
 
 #include "backend.h"
-#include "size_format.h"
+#include "lock.h"
 #include "log.h"
+#include "size_format.h"
 
 #define MEM_PAGE_SHIFT 16
 #define MEM_PAGE_SIZE ((uint64_t) 1 << MEM_PAGE_SHIFT)
@@ -54,7 +57,7 @@ struct chunk {
 struct memory_backend {
   struct backend b;             /* first, so the two pointers convert */
   pthread_rwlock_t lock;        /* the directory */
-  pthread_mutex_t page_lock[PAGE_LOCKS];
+  struct lock page_lock[PAGE_LOCKS];
   struct chunk **dir;           /* sorted by index */
   size_t nchunks, cap;
 };
@@ -160,7 +163,7 @@ page_in_chunk (uint64_t offset)
   return (offset & (MEM_CHUNK_SIZE - 1)) >> MEM_PAGE_SHIFT;
 }
 
-static pthread_mutex_t *
+static struct lock *
 page_lock (struct memory_backend *m, uint64_t offset)
 {
   return &m->page_lock[(offset >> MEM_PAGE_SHIFT) % PAGE_LOCKS];
@@ -175,12 +178,17 @@ span_in_page (uint64_t offset, size_t count)
   return left < count ? (size_t) left : count;
 }
 
-/* Directory lock held shared, page lock held. */
+/* The page holding offset, allocated if need be.  Directory lock held
+ * shared, and the page's lock held.
+ */
 static unsigned char *
-page_for_write (struct chunk *c, unsigned p)
+page_for_write (struct memory_backend *m, struct chunk *c, uint64_t offset)
 {
-  unsigned char *page = page_at (c, p);
+  unsigned p = page_in_chunk (offset);
+  unsigned char *page;
 
+  lock_assert_held (page_lock (m, offset));
+  page = page_at (c, p);
   if (page == NULL) {
     page = calloc (1, MEM_PAGE_SIZE);
     if (page == NULL)
@@ -191,8 +199,8 @@ page_for_write (struct chunk *c, unsigned p)
   return page;
 }
 
-/* Directory lock held shared on entry and on return; dropped meanwhile to
- * add the chunk for index.  A zero elsewhere may drop it again before the
+/* Drops m->lock, held shared on entry and on return, while it adds the
+ * chunk for index.  A zero elsewhere may drop that chunk again before the
  * caller looks (it holds no page yet), so the caller looks again.
  */
 static int
@@ -221,16 +229,16 @@ mem_pread (struct backend *b, void *buf, size_t count, uint64_t offset)
   while (count > 0) {
     size_t n = span_in_page (offset, count);
     const struct chunk *c = find_chunk (m, offset >> MEM_CHUNK_SHIFT);
-    pthread_mutex_t *lock = page_lock (m, offset);
+    struct lock *lock = page_lock (m, offset);
     const unsigned char *page;
 
-    pthread_mutex_lock (lock);
+    lock_acquire (lock);
     page = c ? page_at (c, page_in_chunk (offset)) : NULL;
     if (page)
       memcpy (out, page + (offset & (MEM_PAGE_SIZE - 1)), n);
     else
       memset (out, 0, n);
-    pthread_mutex_unlock (lock);
+    lock_release (lock);
     out += n;
     offset += n;
     count -= n;
@@ -239,7 +247,9 @@ mem_pread (struct backend *b, void *buf, size_t count, uint64_t offset)
   return 0;
 }
 
-/* Directory lock held shared. */
+/* Directory lock held shared; drops m->lock while add_chunk adds a
+ * chunk.
+ */
 static int
 write_bytes (struct memory_backend *m, const unsigned char *in, size_t count,
              uint64_t offset)
@@ -247,7 +257,7 @@ write_bytes (struct memory_backend *m, const unsigned char *in, size_t count,
   while (count > 0) {
     size_t n = span_in_page (offset, count);
     struct chunk *c = find_chunk (m, offset >> MEM_CHUNK_SHIFT);
-    pthread_mutex_t *lock = page_lock (m, offset);
+    struct lock *lock = page_lock (m, offset);
     unsigned char *page;
 
     if (c == NULL) {
@@ -255,11 +265,11 @@ write_bytes (struct memory_backend *m, const unsigned char *in, size_t count,
         return -1;
       continue;
     }
-    pthread_mutex_lock (lock);
-    page = page_for_write (c, page_in_chunk (offset));
+    lock_acquire (lock);
+    page = page_for_write (m, c, offset);
     if (page)
       memcpy (page + (offset & (MEM_PAGE_SIZE - 1)), in, n);
-    pthread_mutex_unlock (lock);
+    lock_release (lock);
     if (page == NULL)
       return -1;
     in += n;
@@ -439,7 +449,7 @@ destroy_locks (struct memory_backend *m)
 {
   pthread_rwlock_destroy (&m->lock);
   for (unsigned i = 0; i < PAGE_LOCKS; i++)
-    pthread_mutex_destroy (&m->page_lock[i]);
+    lock_destroy (&m->page_lock[i]);
 }
 
 static void
@@ -497,7 +507,7 @@ init_locks (struct memory_backend *m)
   err = pthread_rwlock_init (&m->lock, &attr);
   pthread_rwlockattr_destroy (&attr);
   for (unsigned i = 0; err == 0 && i < PAGE_LOCKS; i++)
-    pthread_mutex_init (&m->page_lock[i], NULL);
+    lock_init (&m->page_lock[i]);
   return err;
 }
 
