@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "elevator.h"
+#include "fixtures.h"
 #include "linear.h"
 #include "log.h"
 #include "queue.h"

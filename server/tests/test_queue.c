@@ -23,6 +23,7 @@
 
 #include "clock.h"
 #include "elevator.h"
+#include "fixtures.h"
 #include "queue.h"
 #include "tap.h"
 #include "test_backends.h"
