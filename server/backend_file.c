@@ -35,11 +35,10 @@
 #define DIRECT_MIN_ALIGN 4096
 /* Token holders that may write a page-cache file at once.  ext4 takes
  * the inode lock for each buffered write anyway, but its rwsem spins on
- * a running owner, and with one holder the request threads piled up
- * behind it: 4 KiB random writes at QD16 gained 12 %, with a FLUSH every
- * 32 writes 15-20 %.  O_DIRECT keeps one: each write is a device I/O,
- * merging is what the queue is for, and parallel holders split a
- * sequential stream (50 client writes per backend write fell to 17).
+ * a running owner, so with one holder the request threads pile up
+ * behind it.  O_DIRECT keeps one: each write is a device I/O, merging is
+ * what the queue is for, and parallel holders would split a sequential
+ * stream into smaller merges.
  */
 #define BUFFERED_WRITERS 4
 /* Bounce and zero buffers: large enough to keep the disk streaming, small

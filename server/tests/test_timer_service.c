@@ -335,7 +335,7 @@ idle_cb (struct ev_loop *loop, ev_idle *w, int revents)
 /* The remote backend's loop watches libnbd's socket, which libnbd closes
  * in whatever thread finds the connection dead, possibly between the
  * loop thread changing its watcher and libev applying the change.  With
- * epoll that aborted nbdkit inside libev; the watcher must fail instead.
+ * epoll, libev aborts nbdkit there; the watcher must fail instead.
  */
 static void
 test_loop_survives_closed_fd (void)
