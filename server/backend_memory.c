@@ -37,6 +37,7 @@
 #include "backend.h"
 #include "lock.h"
 #include "log.h"
+#include "minmax.h"
 #include "size_format.h"
 
 #define MEM_PAGE_SHIFT 16
@@ -175,7 +176,7 @@ span_in_page (uint64_t offset, size_t count)
 {
   uint64_t left = MEM_PAGE_SIZE - (offset & (MEM_PAGE_SIZE - 1));
 
-  return left < count ? (size_t) left : count;
+  return MIN (left, (uint64_t) count);
 }
 
 /* The page holding offset, allocated if need be.  Directory lock held
@@ -319,7 +320,7 @@ zero_in_chunk (struct chunk *c, uint64_t s, uint64_t e)
   for (; p <= last; p++) {
     uint64_t ps = base + ((uint64_t) p << MEM_PAGE_SHIFT);
     uint64_t from = s > ps ? s - ps : 0;
-    uint64_t to = e < ps + MEM_PAGE_SIZE ? e - ps : MEM_PAGE_SIZE;
+    uint64_t to = MIN (e - ps, MEM_PAGE_SIZE);
 
     if (page_at (c, p) == NULL)
       continue;
@@ -353,8 +354,8 @@ mem_zero (struct backend *b, uint64_t count, uint64_t offset, bool may_trim)
   while (pos < m->nchunks && m->dir[pos]->index <= (end - 1) >> MEM_CHUNK_SHIFT) {
     struct chunk *c = m->dir[pos];
     uint64_t cs = c->index << MEM_CHUNK_SHIFT;
-    uint64_t s = offset > cs ? offset : cs;
-    uint64_t e = end < cs + MEM_CHUNK_SIZE ? end : cs + MEM_CHUNK_SIZE;
+    uint64_t s = MAX (offset, cs);
+    uint64_t e = MIN (end, cs + MEM_CHUNK_SIZE);
 
     zero_in_chunk (c, s, e);
     if (c->npages == 0)
@@ -394,7 +395,7 @@ chunk_extents (const struct chunk *c, uint64_t pos, uint64_t end,
   while (pos < end) {
     unsigned p = (unsigned) ((pos - base) >> MEM_PAGE_SHIFT);
     uint64_t page_end = base + ((uint64_t) (p + 1) << MEM_PAGE_SHIFT);
-    uint64_t n = (page_end < end ? page_end : end) - pos;
+    uint64_t n = MIN (page_end, end) - pos;
     uint32_t type = page_at (c, p) ? 0 : EXTENT_HOLE | EXTENT_ZERO;
 
     if (extent_list_append (list, pos, n, type) == -1)
@@ -428,7 +429,7 @@ mem_extents (struct backend *b, uint64_t count, uint64_t offset,
     if (pos < m->nchunks && m->dir[pos]->index == index) {
       uint64_t cs = index << MEM_CHUNK_SHIFT;
 
-      stop = end - cs < MEM_CHUNK_SIZE ? end : cs + MEM_CHUNK_SIZE;
+      stop = MIN (end, cs + MEM_CHUNK_SIZE);
       r = chunk_extents (m->dir[pos], offset, stop, list);
     }
     else {

@@ -21,6 +21,7 @@
 #include "linear.h"
 #include "lock.h"
 #include "log.h"
+#include "minmax.h"
 #include "queue.h"
 #include "stats.h"
 #include "stats_file.h"
@@ -60,7 +61,7 @@ realtime_s (void)
 static json_t *
 num (uint64_t v)
 {
-  return json_integer (v > INT64_MAX ? INT64_MAX : (json_int_t) v);
+  return json_integer ((json_int_t) MIN (v, (uint64_t) INT64_MAX));
 }
 
 /* Adds key: value, taking the reference; a NULL value (out of memory)

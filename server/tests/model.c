@@ -58,12 +58,6 @@ mix64 (uint64_t x)
   return x;
 }
 
-static uint64_t
-min64 (uint64_t a, uint64_t b)
-{
-  return a < b ? a : b;
-}
-
 /* ------------------------------------------------------------ ops */
 
 static const char *const op_names[MOP_KINDS] = {
@@ -119,7 +113,7 @@ pattern_fill (uint8_t *buf, uint32_t tag, uint64_t offset, uint64_t count)
   while (i < count) {
     uint64_t pos = offset + i;
     unsigned first = pos & 7;
-    uint64_t n = min64 (8 - first, count - i);
+    uint64_t n = MIN (8 - first, count - i);
     uint64_t w = pattern_word (tag, pos);
 
     memcpy (&buf[i], (const uint8_t *) &w + first, n);
@@ -317,7 +311,7 @@ model_first_nonzero (const struct model *m, uint64_t offset, uint64_t count)
   static const uint8_t zeroes[4096];
 
   for (uint64_t i = 0; i < count; i += sizeof zeroes) {
-    uint64_t n = min64 (count - i, sizeof zeroes);
+    uint64_t n = MIN (count - i, sizeof zeroes);
 
     if (memcmp (d + i, zeroes, n) != 0)
       for (uint64_t k = i; k < i + n; k++)
@@ -442,7 +436,7 @@ choose_length (struct op_generator *g, struct byte_source *src,
   uint64_t span = g->hi - g->lo;
   bool bulk = kind == MOP_ZERO || kind == MOP_TRIM || kind == MOP_EXTENTS
     || kind == MOP_CACHE;
-  uint64_t cap = bulk ? span : min64 (span, g->max_io);
+  uint64_t cap = bulk ? span : MIN (span, g->max_io);
   uint8_t mode = byte_source_u8 (src) & 7;
   uint32_t r = byte_source_u32 (src);
   uint64_t len;
@@ -452,12 +446,12 @@ choose_length (struct op_generator *g, struct byte_source *src,
   case 1: len = 512 * (1 + r % 8); break;
   case 2: len = 4 * KiB * (1 + r % 16); break;
   case 3: len = 4 * KiB * (1 + r % 64); break;
-  case 4: len = 1 + r % min64 (cap, MAX_IO); break;
+  case 4: len = 1 + r % MIN (cap, MAX_IO); break;
   case 5: len = gen_prev (g) ? gen_prev (g)->count : 4 * KiB; break;
   case 6: len = 1 + r % (4 * KiB); break;
   default: len = bulk ? 1 + r % span : 64 * KiB; break;
   }
-  return len < cap ? len : cap;
+  return MIN (len, cap);
 }
 
 static uint64_t
@@ -558,7 +552,7 @@ op_generator_next (struct op_generator *g, struct byte_source *src,
   case MOP_FLUSH:
     break;
   case MOP_SLEEP:
-    op->count = min64 (sleeps[byte_source_u8 (src) % 5], g->max_sleep_us);
+    op->count = MIN (sleeps[byte_source_u8 (src) % 5], g->max_sleep_us);
     break;
   default:
     op->count = choose_length (g, src, op->kind);
@@ -943,8 +937,7 @@ harness_new (const struct harness_params *p)
   if (h == NULL)
     return NULL;
   h->p = *p;
-  h->nr_lanes = p->lanes < 1 ? 1
-    : p->lanes > HARNESS_MAX_LANES ? HARNESS_MAX_LANES : p->lanes;
+  h->nr_lanes = MIN (MAX (p->lanes, 1u), (unsigned) HARNESS_MAX_LANES);
   if (p->verbose) {
     char cfg[512];
 
@@ -1067,7 +1060,7 @@ check_landed (struct harness *h, unsigned li, size_t index,
   struct model_mismatch mm;
 
   for (uint64_t pos = from; pos < to; pos += MAX_IO) {
-    uint64_t n = min64 (MAX_IO, to - pos);
+    uint64_t n = MIN (MAX_IO, to - pos);
     int64_t bad;
 
     test_backend_dirty (h->tb, l->dirty, n, pos);
@@ -1262,8 +1255,8 @@ check_extent_zeroes (struct harness *h, unsigned li, size_t index,
   for (size_t i = 0; i < list->len; i++) {
     const struct extent *x = &list->v[i];
     /* Beyond the request the list is a hint nobody must act on. */
-    uint64_t from = x->offset > op->offset ? x->offset : op->offset;
-    uint64_t to = min64 (x->offset + x->length, op->offset + op->count);
+    uint64_t from = MAX (x->offset, op->offset);
+    uint64_t to = MIN (x->offset + x->length, op->offset + op->count);
     int64_t pos;
 
     if (!(x->type & EXTENT_ZERO) || from >= to)
@@ -1515,7 +1508,7 @@ check_drained (struct harness *h)
     struct lane *l = &h->lane[i];
 
     for (uint64_t pos = l->lo; pos < l->hi; pos += MAX_IO) {
-      uint64_t n = min64 (MAX_IO, l->hi - pos);
+      uint64_t n = MIN (MAX_IO, l->hi - pos);
       struct model_mismatch mm;
       const uint8_t *d;
 

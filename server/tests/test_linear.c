@@ -25,6 +25,7 @@
 #include "fixtures.h"
 #include "linear.h"
 #include "log.h"
+#include "minmax.h"
 #include "queue.h"
 #include "tap.h"
 #include "test_backends.h"
@@ -1097,7 +1098,7 @@ random_offset (const struct vol *vol, unsigned *state)
     start += vol->map[i].length;
   start += rand_below (state, 2 * KiB);
   start = start > 1024 ? start - 1024 : 0;
-  return start < vol->size ? start : vol->size - 1;
+  return MIN (start, vol->size - 1);
 }
 
 static bool

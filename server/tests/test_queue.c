@@ -24,6 +24,7 @@
 #include "clock.h"
 #include "elevator.h"
 #include "fixtures.h"
+#include "minmax.h"
 #include "queue.h"
 #include "tap.h"
 #include "test_backends.h"
@@ -623,7 +624,7 @@ writes_of (struct test_backend *tb, struct tb_call *calls, size_t max)
 {
   size_t n = test_backend_calls (tb, TB_PWRITEV, calls, max);
 
-  return n < max ? n : max;
+  return MIN (n, max);
 }
 
 static void
