@@ -29,23 +29,23 @@
 #include "backend.h"
 #include "fd_io.h"
 #include "log.h"
+#include "minmax.h"
 
 #define MAX_REQUEST (64 * 1024 * 1024) /* nbdkit's cap on one request */
 #define MAX_WRITE (32 * 1024 * 1024)
 #define DIRECT_MIN_ALIGN 4096
 /* Token holders that may write a page-cache file at once.  ext4 takes
  * the inode lock for each buffered write anyway, but its rwsem spins on
- * a running owner, and with one holder the request threads piled up
- * behind it: 4 KiB random writes at QD16 gained 12 %, with a FLUSH every
- * 32 writes 15-20 %.  O_DIRECT keeps one: each write is a device I/O,
- * merging is what the queue is for, and parallel holders split a
- * sequential stream (50 client writes per backend write fell to 17).
+ * a running owner, so with one holder the request threads pile up
+ * behind it.  O_DIRECT keeps one: each write is a device I/O, merging is
+ * what the queue is for, and parallel holders would split a sequential
+ * stream into smaller merges.
  */
 #define BUFFERED_WRITERS 4
 /* Bounce and zero buffers: large enough to keep the disk streaming, small
  * enough not to matter next to the queue's own memory.
  */
-#define BOUNCE_SIZE (4 * 1024 * 1024)
+#define BOUNCE_SIZE ((size_t) 4 * 1024 * 1024)
 
 struct file_backend {
   struct backend b;             /* first, so the two pointers convert */
@@ -113,11 +113,11 @@ direct_pread (struct file_backend *f, void *buf, size_t count,
   if (is_aligned ((uintptr_t) buf, f->align))
     return full_pread (f->fd, buf, count, offset);
 
-  bounce = alloc_aligned (count < BOUNCE_SIZE ? count : BOUNCE_SIZE, f->align);
+  bounce = alloc_aligned (MIN (count, BOUNCE_SIZE), f->align);
   if (bounce == NULL)
     return -1;
   while (count > 0) {
-    size_t n = count < BOUNCE_SIZE ? count : BOUNCE_SIZE;
+    size_t n = MIN (count, BOUNCE_SIZE);
 
     if (full_pread (f->fd, bounce, n, offset) == -1) {
       free (bounce);
@@ -168,7 +168,7 @@ gather (char *dst, size_t n, const struct iovec *iov, int *i, size_t *off)
 {
   while (n > 0) {
     size_t avail = iov[*i].iov_len - *off;
-    size_t k = avail < n ? avail : n;
+    size_t k = MIN (avail, n);
 
     memcpy (dst, (const char *) iov[*i].iov_base + *off, k);
     dst += k;
@@ -196,12 +196,11 @@ direct_pwritev (struct file_backend *f, const struct iovec *iov, int iovcnt,
   if (iov_aligned (iov, iovcnt, f->align))
     return full_pwritev (f->fd, iov, iovcnt, offset);
 
-  bounce = alloc_aligned (total < BOUNCE_SIZE ? total : BOUNCE_SIZE,
-                          f->align);
+  bounce = alloc_aligned (MIN (total, BOUNCE_SIZE), f->align);
   if (bounce == NULL)
     return -1;
   while (total > 0) {
-    size_t n = total < BOUNCE_SIZE ? total : BOUNCE_SIZE;
+    size_t n = MIN (total, BOUNCE_SIZE);
 
     gather (bounce, n, iov, &i, &off);
     if (full_pwrite (f->fd, bounce, n, offset) == -1) {
@@ -441,7 +440,7 @@ seek_extents (struct file_backend *f, uint64_t pos, uint64_t end,
       return -1;
     }
     if ((uint64_t) data > pos) {
-      uint64_t stop = (uint64_t) data < end ? (uint64_t) data : end;
+      uint64_t stop = MIN ((uint64_t) data, end);
 
       if (extent_list_append (list, pos, stop - pos,
                               EXTENT_HOLE | EXTENT_ZERO) == -1)
@@ -681,7 +680,7 @@ static void
 set_limits (struct file_backend *f)
 {
   if (f->direct) {
-    f->align = f->sector > DIRECT_MIN_ALIGN ? f->sector : DIRECT_MIN_ALIGN;
+    f->align = MAX (f->sector, (uint32_t) DIRECT_MIN_ALIGN);
     f->b.limits.minimum = f->align;
     f->b.limits.preferred = f->align;
     f->b.buffer_align = f->align;

@@ -21,6 +21,8 @@
 #define _GNU_SOURCE
 #endif
 
+#include <config.h>
+
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -33,8 +35,10 @@
 #include <sys/uio.h>
 
 #include "backend.h"
-#include "size_format.h"
+#include "lock.h"
 #include "log.h"
+#include "minmax.h"
+#include "size_format.h"
 
 #define MEM_PAGE_SHIFT 16
 #define MEM_PAGE_SIZE ((uint64_t) 1 << MEM_PAGE_SHIFT)
@@ -54,7 +58,7 @@ struct chunk {
 struct memory_backend {
   struct backend b;             /* first, so the two pointers convert */
   pthread_rwlock_t lock;        /* the directory */
-  pthread_mutex_t page_lock[PAGE_LOCKS];
+  struct lock page_lock[PAGE_LOCKS];
   struct chunk **dir;           /* sorted by index */
   size_t nchunks, cap;
 };
@@ -160,7 +164,7 @@ page_in_chunk (uint64_t offset)
   return (offset & (MEM_CHUNK_SIZE - 1)) >> MEM_PAGE_SHIFT;
 }
 
-static pthread_mutex_t *
+static struct lock *
 page_lock (struct memory_backend *m, uint64_t offset)
 {
   return &m->page_lock[(offset >> MEM_PAGE_SHIFT) % PAGE_LOCKS];
@@ -172,15 +176,20 @@ span_in_page (uint64_t offset, size_t count)
 {
   uint64_t left = MEM_PAGE_SIZE - (offset & (MEM_PAGE_SIZE - 1));
 
-  return left < count ? (size_t) left : count;
+  return MIN (left, (uint64_t) count);
 }
 
-/* Directory lock held shared, page lock held. */
+/* The page holding offset, allocated if need be.  Directory lock held
+ * shared, and the page's lock held.
+ */
 static unsigned char *
-page_for_write (struct chunk *c, unsigned p)
+page_for_write (struct memory_backend *m, struct chunk *c, uint64_t offset)
 {
-  unsigned char *page = page_at (c, p);
+  unsigned p = page_in_chunk (offset);
+  unsigned char *page;
 
+  lock_assert_held (page_lock (m, offset));
+  page = page_at (c, p);
   if (page == NULL) {
     page = calloc (1, MEM_PAGE_SIZE);
     if (page == NULL)
@@ -191,8 +200,8 @@ page_for_write (struct chunk *c, unsigned p)
   return page;
 }
 
-/* Directory lock held shared on entry and on return; dropped meanwhile to
- * add the chunk for index.  A zero elsewhere may drop it again before the
+/* Drops m->lock, held shared on entry and on return, while it adds the
+ * chunk for index.  A zero elsewhere may drop that chunk again before the
  * caller looks (it holds no page yet), so the caller looks again.
  */
 static int
@@ -221,16 +230,16 @@ mem_pread (struct backend *b, void *buf, size_t count, uint64_t offset)
   while (count > 0) {
     size_t n = span_in_page (offset, count);
     const struct chunk *c = find_chunk (m, offset >> MEM_CHUNK_SHIFT);
-    pthread_mutex_t *lock = page_lock (m, offset);
+    struct lock *lock = page_lock (m, offset);
     const unsigned char *page;
 
-    pthread_mutex_lock (lock);
+    lock_acquire (lock);
     page = c ? page_at (c, page_in_chunk (offset)) : NULL;
     if (page)
       memcpy (out, page + (offset & (MEM_PAGE_SIZE - 1)), n);
     else
       memset (out, 0, n);
-    pthread_mutex_unlock (lock);
+    lock_release (lock);
     out += n;
     offset += n;
     count -= n;
@@ -239,7 +248,9 @@ mem_pread (struct backend *b, void *buf, size_t count, uint64_t offset)
   return 0;
 }
 
-/* Directory lock held shared. */
+/* Directory lock held shared; drops m->lock while add_chunk adds a
+ * chunk.
+ */
 static int
 write_bytes (struct memory_backend *m, const unsigned char *in, size_t count,
              uint64_t offset)
@@ -247,7 +258,7 @@ write_bytes (struct memory_backend *m, const unsigned char *in, size_t count,
   while (count > 0) {
     size_t n = span_in_page (offset, count);
     struct chunk *c = find_chunk (m, offset >> MEM_CHUNK_SHIFT);
-    pthread_mutex_t *lock = page_lock (m, offset);
+    struct lock *lock = page_lock (m, offset);
     unsigned char *page;
 
     if (c == NULL) {
@@ -255,11 +266,11 @@ write_bytes (struct memory_backend *m, const unsigned char *in, size_t count,
         return -1;
       continue;
     }
-    pthread_mutex_lock (lock);
-    page = page_for_write (c, page_in_chunk (offset));
+    lock_acquire (lock);
+    page = page_for_write (m, c, offset);
     if (page)
       memcpy (page + (offset & (MEM_PAGE_SIZE - 1)), in, n);
-    pthread_mutex_unlock (lock);
+    lock_release (lock);
     if (page == NULL)
       return -1;
     in += n;
@@ -309,7 +320,7 @@ zero_in_chunk (struct chunk *c, uint64_t s, uint64_t e)
   for (; p <= last; p++) {
     uint64_t ps = base + ((uint64_t) p << MEM_PAGE_SHIFT);
     uint64_t from = s > ps ? s - ps : 0;
-    uint64_t to = e < ps + MEM_PAGE_SIZE ? e - ps : MEM_PAGE_SIZE;
+    uint64_t to = MIN (e - ps, MEM_PAGE_SIZE);
 
     if (page_at (c, p) == NULL)
       continue;
@@ -343,8 +354,8 @@ mem_zero (struct backend *b, uint64_t count, uint64_t offset, bool may_trim)
   while (pos < m->nchunks && m->dir[pos]->index <= (end - 1) >> MEM_CHUNK_SHIFT) {
     struct chunk *c = m->dir[pos];
     uint64_t cs = c->index << MEM_CHUNK_SHIFT;
-    uint64_t s = offset > cs ? offset : cs;
-    uint64_t e = end < cs + MEM_CHUNK_SIZE ? end : cs + MEM_CHUNK_SIZE;
+    uint64_t s = MAX (offset, cs);
+    uint64_t e = MIN (end, cs + MEM_CHUNK_SIZE);
 
     zero_in_chunk (c, s, e);
     if (c->npages == 0)
@@ -384,7 +395,7 @@ chunk_extents (const struct chunk *c, uint64_t pos, uint64_t end,
   while (pos < end) {
     unsigned p = (unsigned) ((pos - base) >> MEM_PAGE_SHIFT);
     uint64_t page_end = base + ((uint64_t) (p + 1) << MEM_PAGE_SHIFT);
-    uint64_t n = (page_end < end ? page_end : end) - pos;
+    uint64_t n = MIN (page_end, end) - pos;
     uint32_t type = page_at (c, p) ? 0 : EXTENT_HOLE | EXTENT_ZERO;
 
     if (extent_list_append (list, pos, n, type) == -1)
@@ -418,7 +429,7 @@ mem_extents (struct backend *b, uint64_t count, uint64_t offset,
     if (pos < m->nchunks && m->dir[pos]->index == index) {
       uint64_t cs = index << MEM_CHUNK_SHIFT;
 
-      stop = end - cs < MEM_CHUNK_SIZE ? end : cs + MEM_CHUNK_SIZE;
+      stop = MIN (end, cs + MEM_CHUNK_SIZE);
       r = chunk_extents (m->dir[pos], offset, stop, list);
     }
     else {
@@ -439,7 +450,7 @@ destroy_locks (struct memory_backend *m)
 {
   pthread_rwlock_destroy (&m->lock);
   for (unsigned i = 0; i < PAGE_LOCKS; i++)
-    pthread_mutex_destroy (&m->page_lock[i]);
+    lock_destroy (&m->page_lock[i]);
 }
 
 static void
@@ -520,7 +531,7 @@ init_locks (struct memory_backend *m)
   err = pthread_rwlock_init (&m->lock, &attr);
   pthread_rwlockattr_destroy (&attr);
   for (unsigned i = 0; err == 0 && i < PAGE_LOCKS; i++)
-    pthread_mutex_init (&m->page_lock[i], NULL);
+    lock_init (&m->page_lock[i]);
   return err;
 }
 

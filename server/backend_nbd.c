@@ -29,8 +29,9 @@
 #include <libnbd.h>
 
 #include "backend.h"
+#include "engine_thread.h"
+#include "lock.h"
 #include "log.h"
-#include "timer_service.h"
 
 #define NBD_DEFAULT_PAYLOAD (32 * 1024 * 1024) /* the spec's default max */
 #define MAX_IN_FLIGHT 16
@@ -63,7 +64,7 @@ struct nbd_backend {
   /* Guards h and connected: commands are issued under it, so the loop
    * thread can swap a reconnected handle in safely.
    */
-  pthread_mutex_t lock;
+  struct lock lock;
   struct nbd_handle *h;
   bool connected;
   bool lost;                    /* loop thread: loss handled, redialling */
@@ -95,7 +96,7 @@ struct nbd_op {
   void *bounce;                 /* gathered write data */
   struct backend_io *io;        /* asynchronous: tell the queue */
   uint32_t cmd_flags;           /* LIBNBD_CMD_FLAG_FUA for a FUA io */
-  pthread_mutex_t lock;         /* synchronous: the waiter sleeps here */
+  struct lock lock;             /* synchronous: the waiter sleeps here */
   pthread_cond_t cond;
   bool done;
   struct extent_list *extents;  /* block status */
@@ -111,7 +112,7 @@ op_new (struct nbd_backend *nb)
     return NULL;
   op->nb = nb;
   atomic_init (&op->pending, 1);  /* the submitter's own reference */
-  pthread_mutex_init (&op->lock, NULL);
+  lock_init (&op->lock);
   pthread_cond_init (&op->cond, NULL);
   return op;
 }
@@ -119,7 +120,7 @@ op_new (struct nbd_backend *nb)
 static void
 op_free (struct nbd_op *op)
 {
-  pthread_mutex_destroy (&op->lock);
+  lock_destroy (&op->lock);
   pthread_cond_destroy (&op->cond);
   free (op->bounce);
   free (op);
@@ -136,10 +137,10 @@ op_finish (struct nbd_op *op)
     io->done (io, err);
     return;
   }
-  pthread_mutex_lock (&op->lock);
+  lock_acquire (&op->lock);
   op->done = true;
   pthread_cond_signal (&op->cond);
-  pthread_mutex_unlock (&op->lock);
+  lock_release (&op->lock);
 }
 
 static void
@@ -207,9 +208,9 @@ issue_chunks (struct nbd_backend *nb, struct nbd_op *op, issue_fn fn,
 {
   int r = 0;
 
-  pthread_mutex_lock (&nb->lock);
+  lock_acquire (&nb->lock);
   if (!nb->connected) {
-    pthread_mutex_unlock (&nb->lock);
+    lock_release (&nb->lock);
     wake_loop (nb);
     errno = ENOTCONN;
     return -1;
@@ -240,7 +241,7 @@ issue_chunks (struct nbd_backend *nb, struct nbd_op *op, issue_fn fn,
     offset += n;
     count -= n;
   }
-  pthread_mutex_unlock (&nb->lock);
+  lock_release (&nb->lock);
   wake_loop (nb);
   return r;
 }
@@ -344,10 +345,10 @@ op_wait (struct nbd_op *op, int issue_result)
   if (issue_result == -1)
     op_fail (op, errno);
   op_put (op);
-  pthread_mutex_lock (&op->lock);
+  lock_acquire (&op->lock);
   while (!op->done)
-    pthread_cond_wait (&op->cond, &op->lock);
-  pthread_mutex_unlock (&op->lock);
+    lock_wait (&op->cond, &op->lock);
+  lock_release (&op->lock);
   err = atomic_load (&op->err);
   op_free (op);
   if (err) {
@@ -588,15 +589,15 @@ update_watcher (struct nbd_backend *nb)
   unsigned dir;
   int events = 0, fd;
 
-  pthread_mutex_lock (&nb->lock);
+  lock_acquire (&nb->lock);
   if (!nb->connected) {
-    pthread_mutex_unlock (&nb->lock);
+    lock_release (&nb->lock);
     ev_io_stop (nb->loop, &nb->io);
     return;
   }
   fd = nbd_aio_get_fd (nb->h);
   dir = nbd_aio_get_direction (nb->h);
-  pthread_mutex_unlock (&nb->lock);
+  lock_release (&nb->lock);
   if (dir & LIBNBD_AIO_DIRECTION_READ)
     events |= EV_READ;
   if (dir & LIBNBD_AIO_DIRECTION_WRITE)
@@ -622,11 +623,11 @@ check_lost (struct nbd_backend *nb)
 
   if (nb->lost)
     return;
-  pthread_mutex_lock (&nb->lock);
+  lock_acquire (&nb->lock);
   if (nbd_aio_is_dead (nb->h) || nbd_aio_is_closed (nb->h))
     nb->connected = false;
   lost = !nb->connected;
-  pthread_mutex_unlock (&nb->lock);
+  lock_release (&nb->lock);
   if (!lost)
     return;
   nb->lost = true;
@@ -711,11 +712,11 @@ retry_cb (struct ev_loop *loop, ev_timer *w, int revents)
     ev_timer_start (loop, &nb->retry);
     return;
   }
-  pthread_mutex_lock (&nb->lock);
+  lock_acquire (&nb->lock);
   old = nb->h;
   nb->h = h;
   nb->connected = true;
-  pthread_mutex_unlock (&nb->lock);
+  lock_release (&nb->lock);
   nb->lost = false;
   nbd_close (old);
   log_error ("%s: reconnected", nb->uri);
@@ -775,7 +776,7 @@ nbd_backend_close (struct backend *b)
       nbd_shutdown (nb->h, 0);
     nbd_close (nb->h);
   }
-  pthread_mutex_destroy (&nb->lock);
+  lock_destroy (&nb->lock);
   free (nb->zeroes);
   free (nb->uri);
   free (nb->b.description);
@@ -821,7 +822,7 @@ backend_nbd_open (const char *uri, uint64_t reconnect_ns)
 
   if (nb == NULL || (nb->uri = strdup (uri)) == NULL)
     goto nomem;
-  pthread_mutex_init (&nb->lock, NULL);
+  lock_init (&nb->lock);
   nb->b.ops = &nbd_ops;
   nb->reconnect_ns = reconnect_ns;
   /* Connect now (before nbdkit forks) so the size is known when volumes

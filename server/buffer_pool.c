@@ -1,12 +1,12 @@
 /* plugq: one disk's spare mappings for aligned write buffers. */
 #include <config.h>
 
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 
 #include "buffer_pool.h"
+#include "lock.h"
 
 #define MIN_SHIFT 14                    /* BUFFER_POOL_MIN */
 #define MAX_SHIFT 26                    /* BUFFER_POOL_MAX */
@@ -23,7 +23,7 @@ struct spare {
 };
 
 struct buffer_pool {
-  pthread_mutex_t lock;
+  struct lock lock;
   struct spare *spares[CLASSES];
   uint64_t idle;
   uint64_t max_idle;
@@ -37,7 +37,7 @@ buffer_pool_new (uint64_t max_idle)
 
   if (p == NULL)
     return NULL;
-  pthread_mutex_init (&p->lock, NULL);
+  lock_init (&p->lock);
   p->max_idle = max_idle;
   return p;
 }
@@ -54,7 +54,7 @@ buffer_pool_free (struct buffer_pool *p)
       p->spares[c] = s->next;
       munmap (s, (size_t) 1 << (c + MIN_SHIFT));
     }
-  pthread_mutex_destroy (&p->lock);
+  lock_destroy (&p->lock);
   free (p);
 }
 
@@ -88,13 +88,13 @@ buffer_pool_get (struct buffer_pool *p, size_t size, size_t *mapped_size)
     return map (size);
   }
   *mapped_size = (size_t) 1 << (c + MIN_SHIFT);
-  pthread_mutex_lock (&p->lock);
+  lock_acquire (&p->lock);
   if ((s = p->spares[c]) != NULL) {
     p->spares[c] = s->next;
     p->idle -= *mapped_size;
     p->nr_spares--;
   }
-  pthread_mutex_unlock (&p->lock);
+  lock_release (&p->lock);
   return s ? (void *) s : map (*mapped_size);
 }
 
@@ -105,7 +105,7 @@ buffer_pool_put (struct buffer_pool *p, void *data, size_t mapped_size)
   bool kept = false;
 
   if (c != -1 && mapped_size == (size_t) 1 << (c + MIN_SHIFT)) {
-    pthread_mutex_lock (&p->lock);
+    lock_acquire (&p->lock);
     if (p->idle + mapped_size <= p->max_idle
         && p->nr_spares < BUFFER_POOL_SPARES) {
       struct spare *s = data;
@@ -116,7 +116,7 @@ buffer_pool_put (struct buffer_pool *p, void *data, size_t mapped_size)
       p->nr_spares++;
       kept = true;
     }
-    pthread_mutex_unlock (&p->lock);
+    lock_release (&p->lock);
   }
   if (!kept)
     munmap (data, mapped_size);
@@ -127,8 +127,8 @@ buffer_pool_idle_bytes (struct buffer_pool *p)
 {
   uint64_t idle;
 
-  pthread_mutex_lock (&p->lock);
+  lock_acquire (&p->lock);
   idle = p->idle;
-  pthread_mutex_unlock (&p->lock);
+  lock_release (&p->lock);
   return idle;
 }

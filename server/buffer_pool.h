@@ -4,12 +4,12 @@
  * O_DIRECT needs aligned buffers, and all but the smallest get their
  * own mapping (request.c says why not the heap).  A fresh mapping
  * costs the kernel a zeroed page and a fault per page, and giving it
- * back a TLB shootdown: 1 MiB direct writes ran at a third of the
- * heap's rate.  The pool keeps freed mappings, by power-of-two size
- * class, for the next buffer of the class, up to a byte limit and a
- * count (each spare is a kernel memory map entry, and a process has
- * about 65,000 of them: vm.max_map_count); past them they are
- * unmapped.  Each disk has its own pool and lock.
+ * back a TLB shootdown, so a mapping per buffer is far slower than the
+ * heap (docs/design.md).  The pool keeps freed mappings, by power-of-two
+ * size class, for the next buffer of the class, up to a byte limit and
+ * a count (each spare is a kernel memory map entry, and a process has
+ * about 65,000 of them: vm.max_map_count); past them they are unmapped.
+ * Each disk has its own pool and lock.
  */
 #ifndef PLUGQ_BUFFER_POOL_H
 #define PLUGQ_BUFFER_POOL_H

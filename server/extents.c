@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "extents.h"
+#include "minmax.h"
 
 void
 extent_list_init (struct extent_list *l)
@@ -142,7 +143,7 @@ extent_list_overlay (struct extent_list *l, uint64_t offset,
 
   list_start = l->v[0].offset;
   list_end = extent_end (&l->v[l->len - 1]);
-  start = offset > list_start ? offset : list_start;
+  start = MAX (offset, list_start);
   end = length > UINT64_MAX - offset ? UINT64_MAX : offset + length;
   if (end > list_end)
     end = list_end;

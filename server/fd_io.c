@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "fd_io.h"
+#include "minmax.h"
 
 #define ZERO_BUF_SIZE (1024 * 1024)
 
@@ -70,7 +71,7 @@ int
 full_pwritev (int fd, const struct iovec *iov, int iovcnt, uint64_t offset)
 {
   while (iovcnt > 0) {
-    int n = iovcnt < IOV_MAX ? iovcnt : IOV_MAX;
+    int n = MIN (iovcnt, IOV_MAX);
     const struct iovec *before = iov;
     ssize_t r = pwritev (fd, iov, n, (off_t) offset);
     size_t done;
@@ -125,7 +126,7 @@ alloc_aligned (size_t size, uint32_t align)
 int
 fd_write_zeroes (int fd, uint64_t count, uint64_t offset, uint32_t align)
 {
-  size_t size = count < ZERO_BUF_SIZE ? (size_t) count : ZERO_BUF_SIZE;
+  size_t size = MIN (count, (uint64_t) ZERO_BUF_SIZE);
   char *zeroes;
 
   size = (size + align - 1) & ~((size_t) align - 1);
@@ -134,7 +135,7 @@ fd_write_zeroes (int fd, uint64_t count, uint64_t offset, uint32_t align)
     return -1;
   memset (zeroes, 0, size);
   while (count > 0) {
-    size_t n = count < size ? (size_t) count : size;
+    size_t n = MIN (count, (uint64_t) size);
 
     if (full_pwrite (fd, zeroes, n, offset) == -1) {
       free (zeroes);

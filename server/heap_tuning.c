@@ -3,21 +3,18 @@
  * A queue frees request buffers a batch at a time, in whichever thread
  * wrote the batch out.  glibc hands an arena's free top back to the
  * kernel as soon as it exceeds M_TRIM_THRESHOLD, 128 KiB by default:
- * 32 queued 4 KiB writes.  So nearly every batch trimmed the heap
- * (madvise), and the next writes took it back page by page, with page
- * faults and TLB shootdowns on every CPU that ran the process.  On a
- * 2-CPU guest, 4 KiB sequential writes at QD16 to an O_DIRECT file ran
- * at 34k/s with the default and 63-67k/s with these settings.
+ * 32 queued 4 KiB writes.  So nearly every batch would trim the heap
+ * (madvise), and the next writes take it back page by page, with page
+ * faults and TLB shootdowns on every CPU that runs the process.
  *
  * Setting the trim threshold also stops glibc from sliding its mmap
  * threshold up as large blocks are freed, which would leave every buffer
- * over 128 KiB to its own mmap and munmap: 1 MiB writes ran 7x slower.
- * So both are set where glibc's own sliding rule ends once it has seen a
- * 32 MiB block: mmap threshold 32 MiB (its largest), trim threshold
- * twice that.  A 4 MiB trim threshold, enough for 4 KiB writes, made
- * every freed 4 MiB buffer trim and regrow the heap: 4 MiB writes to a
- * page-cache file fell from 530-650/s to 66-96/s and peak RSS grew from
- * 145 MB to 440-550 MB; with 64 MiB they ran at 620-720/s in 145-150 MB.
+ * over 128 KiB to its own mmap and munmap.  So both are set where
+ * glibc's own sliding rule ends once it has seen a 32 MiB block: mmap
+ * threshold 32 MiB (its largest), trim threshold twice that.  A trim
+ * threshold below the largest buffers, say 4 MiB, would have every freed
+ * buffer of that size trim and regrow the heap.  docs/design.md
+ * ("Request buffers and malloc") has the measurements.
  *
  * What this keeps: free heap of up to the trim threshold per arena,
  * reused by the next writes, as glibc would after one large write.  An

@@ -19,7 +19,9 @@
 
 #include "linear.h"
 #include "log.h"
+#include "minmax.h"
 #include "size_format.h"
+#include "small_vec.h"
 
 static struct linear *
 linear_alloc (const char *name, bool is_volume)
@@ -266,8 +268,7 @@ for_each_part (struct linear *l, uint64_t count, uint64_t offset,
     const struct linear_row *r = &l->rows[i];
     uint64_t pos = offset + done;
     uint64_t in_row = pos - r->start;
-    uint64_t n = r->length - in_row < count - done
-      ? r->length - in_row : count - done;
+    uint64_t n = MIN (r->length - in_row, count - done);
     struct part p = { r, r->disk_offset + in_row, n, done };
 
     if (fn (&p, arg) == -1)
@@ -284,24 +285,24 @@ for_each_part (struct linear *l, uint64_t count, uint64_t offset,
 static int
 flush_members (struct queue *const *members, size_t n, struct session *s)
 {
-  uint64_t inline_tickets[8], *tickets = inline_tickets;
+  SMALL_VEC (uint64_t, 8) tickets;
   int first_err = 0;
 
   if (n == 1)
     return queue_flush (members[0], s);
-  if (n > 8 && (tickets = malloc (n * sizeof *tickets)) == NULL)
+  small_vec_init (&tickets);
+  if (small_vec_reserve (&tickets, n) == -1)
     return -1;
   for (size_t i = 0; i < n; i++)
-    tickets[i] = queue_flush_start (members[i]);
+    tickets.v[tickets.len++] = queue_flush_start (members[i]);
   /* Wait for all, even after an error: each member must still be told
    * its latched errors were reported, and a failed member must not
    * hide whether the others made it.
    */
   for (size_t i = 0; i < n; i++)
-    if (queue_flush_wait (members[i], s, tickets[i]) == -1 && !first_err)
+    if (queue_flush_wait (members[i], s, tickets.v[i]) == -1 && !first_err)
       first_err = errno;
-  if (tickets != inline_tickets)
-    free (tickets);
+  small_vec_free (&tickets);
   if (first_err) {
     errno = first_err;
     return -1;
@@ -361,8 +362,7 @@ cache_part (struct part *p, void *arg)
 struct fua_args {
   part_fn fn;
   void *arg;
-  struct queue **touched;
-  size_t nr_touched;
+  SMALL_VEC (struct queue *, 8) touched;
 };
 
 static int
@@ -374,10 +374,10 @@ fua_part (struct part *p, void *arg)
   /* A member can hold several rows: flush it once however many parts
    * went to it.
    */
-  while (i < f->nr_touched && f->touched[i] != p->row->disk)
+  while (i < f->touched.len && f->touched.v[i] != p->row->disk)
     i++;
-  if (i == f->nr_touched)
-    f->touched[f->nr_touched++] = p->row->disk;
+  if (i == f->touched.len)
+    f->touched.v[f->touched.len++] = p->row->disk;
   return f->fn (p, f->arg);
 }
 
@@ -409,14 +409,13 @@ static int
 submit_parts (struct linear *l, uint64_t count, uint64_t offset, part_fn fn,
               struct io_args *a)
 {
-  struct queue *inline_touched[8];
-  struct fua_args f = { fn, a, inline_touched, 0 };
+  struct fua_args f = { .fn = fn, .arg = a };
   int err = 0;
 
   if (!(a->flags & REQ_FUA) || in_one_row (l, count, offset))
     return for_each_part (l, count, offset, fn, a);
-  if (l->nr_members > 8
-      && (f.touched = malloc (l->nr_members * sizeof *f.touched)) == NULL)
+  small_vec_init (&f.touched);
+  if (small_vec_reserve (&f.touched, l->nr_members) == -1)
     return -1;
   a->flags &= ~REQ_FUA;
   if (for_each_part (l, count, offset, fua_part, &f) == -1)
@@ -425,11 +424,10 @@ submit_parts (struct linear *l, uint64_t count, uint64_t offset, part_fn fn,
    * as FUA on each part would have left them, and the part's error
    * still wins over a flush's.
    */
-  if (f.nr_touched > 0
-      && flush_members (f.touched, f.nr_touched, a->session) == -1 && !err)
+  if (f.touched.len > 0
+      && flush_members (f.touched.v, f.touched.len, a->session) == -1 && !err)
     err = errno;
-  if (f.touched != inline_touched)
-    free (f.touched);
+  small_vec_free (&f.touched);
   if (err) {
     errno = err;
     return -1;
@@ -505,8 +503,8 @@ extents_part (struct part *p, void *arg)
     return -1;
   for (size_t i = 0; i < a->member.len; i++) {
     const struct extent *e = &a->member.v[i];
-    uint64_t from = e->offset > p->disk_offset ? e->offset : p->disk_offset;
-    uint64_t to = e->offset + e->length < end ? e->offset + e->length : end;
+    uint64_t from = MAX (e->offset, p->disk_offset);
+    uint64_t to = MIN (e->offset + e->length, end);
 
     if (from >= to)
       continue;

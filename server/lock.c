@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "clock.h"
 #include "lock.h"
-#include "timer_service.h"
 
 void
 lock_init (struct lock *l)

@@ -12,6 +12,13 @@
 #ifndef PLUGQ_LOCK_H
 #define PLUGQ_LOCK_H
 
+/* struct lock's layout depends on PLUGQ_LOCK_CHECKS: a file that saw
+ * lock.h without config.h would disagree with lock.c about it.
+ */
+#ifndef PACKAGE_NAME
+#error "include <config.h> before lock.h"
+#endif
+
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>

@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <stddef.h>
 
+#include "engine_thread.h"
 #include "log.h"
 #include "queue_internal.h"
 

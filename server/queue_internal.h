@@ -24,6 +24,7 @@
 #include <sys/uio.h>
 
 #include "backend.h"
+#include "clock.h"
 #include "data_buffer.h"
 #include "elevator.h"
 #include "lock.h"

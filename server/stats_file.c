@@ -1,4 +1,5 @@
 /* plugq: the stats= file writer (format: docs/stats-format.md). */
+#include <config.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,13 +15,16 @@
 #include <jansson.h>
 
 #include "backend.h"
+#include "clock.h"
 #include "elevator.h"
+#include "engine_thread.h"
 #include "linear.h"
+#include "lock.h"
 #include "log.h"
+#include "minmax.h"
 #include "queue.h"
 #include "stats.h"
 #include "stats_file.h"
-#include "timer_service.h"
 
 struct stats_file {
   char *path;
@@ -33,11 +37,11 @@ struct stats_file {
   uint64_t start_ns;            /* CLOCK_MONOTONIC, for "uptime" */
 
   pthread_t thread;
-  pthread_mutex_t lock;         /* protects stopping */
+  struct lock lock;             /* protects stopping */
   pthread_cond_t wake;          /* CLOCK_MONOTONIC */
   bool stopping;
 
-  pthread_mutex_t write_lock;   /* one writer of PATH.tmp at a time */
+  struct lock write_lock;       /* one writer of PATH.tmp at a time */
   bool failing;                 /* last write failed: log only changes */
 };
 
@@ -57,7 +61,7 @@ realtime_s (void)
 static json_t *
 num (uint64_t v)
 {
-  return json_integer (v > INT64_MAX ? INT64_MAX : (json_int_t) v);
+  return json_integer ((json_int_t) MIN (v, (uint64_t) INT64_MAX));
 }
 
 /* Adds key: value, taking the reference; a NULL value (out of memory)
@@ -346,13 +350,15 @@ write_all (int fd, const char *buf, size_t len)
 }
 
 /* The document to PATH.tmp, then rename over PATH: readers never see a
- * half-written file.  Returns the failing step in *what.
+ * half-written file.  Returns the failing step in *what.  Under
+ * write_lock: PATH.tmp has one writer.
  */
 static int
 replace_file (struct stats_file *sf, const char *text, const char **what)
 {
   int fd, saved;
 
+  lock_assert_held (&sf->write_lock);
   *what = "open";
   fd = open (sf->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd == -1)
@@ -391,7 +397,7 @@ stats_file_write_now (struct stats_file *sf)
   char *text;
   int r, saved;
 
-  pthread_mutex_lock (&sf->write_lock);
+  lock_acquire (&sf->write_lock);
   text = stats_file_render (sf->disks, sf->nr_disks, sf->exports,
                             sf->nr_exports, uptime);
   r = text ? replace_file (sf, text, &what) : -1;
@@ -405,24 +411,25 @@ stats_file_write_now (struct stats_file *sf)
   else if (r == 0 && sf->failing)
     log_error ("stats=%s: writing again", sf->path);
   sf->failing = r == -1;
-  pthread_mutex_unlock (&sf->write_lock);
+  lock_release (&sf->write_lock);
   errno = saved;
   return r;
 }
 
+/* Drops sf->lock while it writes each snapshot. */
 static void *
 writer_thread (void *arg)
 {
   struct stats_file *sf = arg;
   uint64_t next_ns = monotonic_ns ();
 
-  pthread_mutex_lock (&sf->lock);
+  lock_acquire (&sf->lock);
   while (!sf->stopping) {
     uint64_t now;
 
-    pthread_mutex_unlock (&sf->lock);
+    lock_release (&sf->lock);
     stats_file_write_now (sf);
-    pthread_mutex_lock (&sf->lock);
+    lock_acquire (&sf->lock);
 
     /* Fixed ticks from the start, so writes do not drift; after a long
      * stall, start counting again from now.
@@ -432,10 +439,10 @@ writer_thread (void *arg)
     if (next_ns < now)
       next_ns = now + sf->interval_ns;
     while (!sf->stopping
-           && cond_wait_until (&sf->wake, &sf->lock, next_ns) == 0)
+           && lock_wait_until (&sf->wake, &sf->lock, next_ns) == 0)
       ;
   }
-  pthread_mutex_unlock (&sf->lock);
+  lock_release (&sf->lock);
   return NULL;
 }
 
@@ -472,16 +479,16 @@ stats_file_start (const char *path, uint64_t interval_ns,
   sf->nr_exports = nr_exports;
   sf->start_ns = monotonic_ns ();
 
-  pthread_mutex_init (&sf->lock, NULL);
-  pthread_mutex_init (&sf->write_lock, NULL);
+  lock_init (&sf->lock);
+  lock_init (&sf->write_lock);
   cond_init_monotonic (&sf->wake);
 
   if (engine_thread_create (&sf->thread, writer_thread, sf) == -1) {
     err = errno;
     log_error ("stats=%s: cannot start the writer thread: %m", path);
     pthread_cond_destroy (&sf->wake);
-    pthread_mutex_destroy (&sf->write_lock);
-    pthread_mutex_destroy (&sf->lock);
+    lock_destroy (&sf->write_lock);
+    lock_destroy (&sf->lock);
     free_stats_file (sf);
     errno = err;
     return NULL;
@@ -499,16 +506,16 @@ stats_file_stop (struct stats_file *sf)
 {
   if (sf == NULL)
     return;
-  pthread_mutex_lock (&sf->lock);
+  lock_acquire (&sf->lock);
   sf->stopping = true;
   pthread_cond_signal (&sf->wake);
-  pthread_mutex_unlock (&sf->lock);
+  lock_release (&sf->lock);
   pthread_join (sf->thread, NULL);
 
   stats_file_write_now (sf);
 
   pthread_cond_destroy (&sf->wake);
-  pthread_mutex_destroy (&sf->write_lock);
-  pthread_mutex_destroy (&sf->lock);
+  lock_destroy (&sf->write_lock);
+  lock_destroy (&sf->lock);
   free_stats_file (sf);
 }

@@ -3,11 +3,11 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
-#include <time.h>
 
+#include "clock.h"
+#include "engine_thread.h"
 #include "log.h"
 #include "timer_service.h"
 
@@ -17,37 +17,6 @@ struct timer_service {
   pthread_t thread;
   bool running;
 };
-
-uint64_t
-monotonic_ns (void)
-{
-  struct timespec ts;
-
-  clock_gettime (CLOCK_MONOTONIC, &ts);
-  return (uint64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-void
-cond_init_monotonic (pthread_cond_t *cond)
-{
-  pthread_condattr_t attr;
-
-  pthread_condattr_init (&attr);
-  pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
-  pthread_cond_init (cond, &attr);
-  pthread_condattr_destroy (&attr);
-}
-
-int
-cond_wait_until (pthread_cond_t *cond, pthread_mutex_t *lock,
-                 uint64_t deadline_ns)
-{
-  struct timespec ts = {
-    .tv_sec = deadline_ns / 1000000000, .tv_nsec = deadline_ns % 1000000000,
-  };
-
-  return pthread_cond_timedwait (cond, lock, &ts);
-}
 
 /* libev's timers run on the loop's own clock; convert our absolute
  * monotonic deadline into a fresh relative delay each time.
@@ -150,7 +119,6 @@ unplug_timer_init (struct unplug_timer *t,
   atomic_init (&t->deadline_ns, 0);
   atomic_init (&t->expiry_ns, 0);
   atomic_init (&t->last_deadline_ns, 0);
-  atomic_init (&t->loop_wakeups, 0);
   t->fire = fire;
   t->arg = arg;
   ev_timer_init (&t->timer, timer_cb, 0., 0.);
@@ -181,43 +149,6 @@ loop_thread (void *arg)
 
   ev_run (ts->loop, 0);
   return NULL;
-}
-
-/* Every thread the engine starts blocks signals, so nbdkit's own threads
- * keep receiving SIGTERM and SIGINT.
- */
-int
-engine_thread_create (pthread_t *thread, void *(*fn) (void *), void *arg)
-{
-  sigset_t all, old;
-  int r;
-
-  sigfillset (&all);
-  pthread_sigmask (SIG_SETMASK, &all, &old);
-  r = pthread_create (thread, NULL, fn, arg);
-  pthread_sigmask (SIG_SETMASK, &old, NULL);
-  if (r != 0) {
-    errno = r;
-    return -1;
-  }
-  return 0;
-}
-
-/* No signal mask games and no SIGCHLD handler inside nbdkit.  The
- * select backend, for two reasons:
- * - epoll and poll sleep in whole milliseconds, and an unplug deadline
- *   is often shorter;
- * - when a watched descriptor is closed under them, epoll_ctl fails
- *   with EBADF and poll returns POLLNVAL, and libev asserts on both:
- *   nbdkit aborted when a remote's socket died in a request thread.
- *   libev recovers from select's EBADF by failing that watcher with
- *   EV_ERROR.
- * Each loop watches one or two descriptors, so select costs nothing.
- */
-struct ev_loop *
-engine_loop_new (void)
-{
-  return ev_loop_new (EVBACKEND_SELECT | EVFLAG_NOSIGMASK);
 }
 
 int
@@ -259,10 +190,8 @@ unplug_timer_arm (struct unplug_timer *t, uint64_t delay_ns)
   atomic_store (&t->last_deadline_ns, deadline);
   atomic_store (&t->deadline_ns, deadline);
   expiry = atomic_load (&t->expiry_ns);
-  if (t->service && (expiry == 0 || expiry > deadline)) {
-    atomic_fetch_add_explicit (&t->loop_wakeups, 1, memory_order_relaxed);
+  if (t->service && (expiry == 0 || expiry > deadline))
     ev_async_send (t->service->loop, &t->wake);
-  }
   return deadline;
 }
 

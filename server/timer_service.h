@@ -10,12 +10,14 @@
 #ifndef PLUGQ_TIMER_SERVICE_H
 #define PLUGQ_TIMER_SERVICE_H
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include <ev.h>
+
+/* Deadlines are monotonic_ns () values. */
+#include "clock.h"
 
 struct timer_service;
 
@@ -26,7 +28,6 @@ struct unplug_timer {
   _Atomic uint64_t deadline_ns; /* CLOCK_MONOTONIC; 0 = not armed */
   _Atomic uint64_t last_deadline_ns; /* the latest armed, kept by cancel */
   _Atomic uint64_t expiry_ns;   /* the pending ev_timer's; 0 = none */
-  _Atomic uint64_t loop_wakeups; /* arms that had to wake the loop */
   void (*fire) (void *arg, uint64_t deadline_ns);
   void *arg;
 };
@@ -58,26 +59,5 @@ void unplug_timer_cancel (struct unplug_timer *);
  * the timer was cancelled or armed again since it fired.
  */
 bool unplug_timer_claim (struct unplug_timer *, uint64_t deadline_ns);
-
-uint64_t monotonic_ns (void);
-
-/* A condition variable whose timed waits take monotonic_ns deadlines, so
- * a wall clock step cannot stretch or cut them, and such a wait: the
- * result of pthread_cond_timedwait (ETIMEDOUT once deadline_ns passed).
- */
-void cond_init_monotonic (pthread_cond_t *);
-int cond_wait_until (pthread_cond_t *, pthread_mutex_t *,
-                     uint64_t deadline_ns);
-
-/* pthread_create with every signal blocked in the new thread, so nbdkit's
- * threads keep receiving SIGTERM and SIGINT.
- */
-int engine_thread_create (pthread_t *, void *(*fn) (void *), void *arg);
-
-/* A libev loop for an engine thread, or NULL.  It must survive a
- * watched descriptor closed under it by another thread (libnbd closes
- * a dead connection's socket in whichever thread meets the error).
- */
-struct ev_loop *engine_loop_new (void);
 
 #endif /* PLUGQ_TIMER_SERVICE_H */

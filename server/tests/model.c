@@ -21,10 +21,13 @@
 #include "backend.h"
 #include "elevator.h"
 #include "extents.h"
+#include "fixtures.h"
+#include "minmax.h"
 #include "model.h"
 #include "queue.h"
 #include "session.h"
 #include "stats.h"
+#include "test_backends.h"
 #include "timer_service.h"
 
 #define KiB (UINT64_C (1024))
@@ -54,23 +57,6 @@ mix64 (uint64_t x)
   x *= UINT64_C (0x94d049bb133111eb);
   x ^= x >> 31;
   return x;
-}
-
-static uint64_t
-min64 (uint64_t a, uint64_t b)
-{
-  return a < b ? a : b;
-}
-
-static void
-sleep_us (uint64_t us)
-{
-  struct timespec ts = {
-    .tv_sec = us / 1000000, .tv_nsec = (us % 1000000) * 1000
-  };
-
-  while (nanosleep (&ts, &ts) == -1 && errno == EINTR)
-    ;
 }
 
 /* ------------------------------------------------------------ ops */
@@ -128,7 +114,7 @@ pattern_fill (uint8_t *buf, uint32_t tag, uint64_t offset, uint64_t count)
   while (i < count) {
     uint64_t pos = offset + i;
     unsigned first = pos & 7;
-    uint64_t n = min64 (8 - first, count - i);
+    uint64_t n = MIN (8 - first, count - i);
     uint64_t w = pattern_word (tag, pos);
 
     memcpy (&buf[i], (const uint8_t *) &w + first, n);
@@ -326,7 +312,7 @@ model_first_nonzero (const struct model *m, uint64_t offset, uint64_t count)
   static const uint8_t zeroes[4096];
 
   for (uint64_t i = 0; i < count; i += sizeof zeroes) {
-    uint64_t n = min64 (count - i, sizeof zeroes);
+    uint64_t n = MIN (count - i, sizeof zeroes);
 
     if (memcmp (d + i, zeroes, n) != 0)
       for (uint64_t k = i; k < i + n; k++)
@@ -451,7 +437,7 @@ choose_length (struct op_generator *g, struct byte_source *src,
   uint64_t span = g->hi - g->lo;
   bool bulk = kind == MOP_ZERO || kind == MOP_TRIM || kind == MOP_EXTENTS
     || kind == MOP_CACHE;
-  uint64_t cap = bulk ? span : min64 (span, g->max_io);
+  uint64_t cap = bulk ? span : MIN (span, g->max_io);
   uint8_t mode = byte_source_u8 (src) & 7;
   uint32_t r = byte_source_u32 (src);
   uint64_t len;
@@ -461,12 +447,12 @@ choose_length (struct op_generator *g, struct byte_source *src,
   case 1: len = 512 * (1 + r % 8); break;
   case 2: len = 4 * KiB * (1 + r % 16); break;
   case 3: len = 4 * KiB * (1 + r % 64); break;
-  case 4: len = 1 + r % min64 (cap, MAX_IO); break;
+  case 4: len = 1 + r % MIN (cap, MAX_IO); break;
   case 5: len = gen_prev (g) ? gen_prev (g)->count : 4 * KiB; break;
   case 6: len = 1 + r % (4 * KiB); break;
   default: len = bulk ? 1 + r % span : 64 * KiB; break;
   }
-  return len < cap ? len : cap;
+  return MIN (len, cap);
 }
 
 static uint64_t
@@ -567,7 +553,7 @@ op_generator_next (struct op_generator *g, struct byte_source *src,
   case MOP_FLUSH:
     break;
   case MOP_SLEEP:
-    op->count = min64 (sleeps[byte_source_u8 (src) % 5], g->max_sleep_us);
+    op->count = MIN (sleeps[byte_source_u8 (src) % 5], g->max_sleep_us);
     break;
   default:
     op->count = choose_length (g, src, op->kind);
@@ -627,8 +613,8 @@ choose_params (struct harness_params *p, struct byte_source *src,
     c->unplug_delay_ns = byte_source_u8 (src) & 1 ? 100 * US : 0;
 
   b = byte_source_u8 (src);
-  p->backend.trim = b % 4 == 2 ? TRIM_NOOP : b % 4 == 3 ? TRIM_SCRIBBLE
-    : TRIM_PASS;
+  p->backend.trim = b % 4 == 2 ? TB_TRIM_NOOP
+    : b % 4 == 3 ? TB_TRIM_SCRIBBLE : TB_TRIM_PASS;
   p->backend.no_fast_zero = (b & 0x0c) == 0;
   p->backend.max_write = (b & 0x30) == 0 ? 64 * KiB : 0;
   p->backend.max_iov = (b & 0xc0) == 0 ? 4 : 0;
@@ -761,12 +747,9 @@ struct lane {
   struct lane_counts n;
 };
 
-struct shim;
-
 struct harness {
   struct harness_params p;
-  struct backend *inner;        /* the memory backend, read directly */
-  struct shim *shim;            /* what the queue writes through */
+  struct test_backend *tb;      /* what the queue writes through */
   struct timer_service *ts;
   struct queue *q;
   unsigned nr_lanes;
@@ -803,616 +786,74 @@ fail (struct harness *h, unsigned lane, size_t op_index,
   return false;
 }
 
-/* ------------------------------------------------------------ shim backend */
+/* ------------------------------------------------------------ backend */
 
-/* Sits between the queue and the memory backend: gives the queue the
- * backend properties this run asks for, checks every call against the
- * backend contract (backend.h) as it happens, and in async mode plays a
- * backend with its own threads (like nbd) that completes operations out
- * of order and late.
+/* The test backend (test_backends.h) wrapped around the memory backend
+ * gives the queue the backend properties this run asks for and checks
+ * every call against the backend contract as it happens; in async mode
+ * it plays a backend with its own threads (like nbd) that completes
+ * operations out of order and late.
  */
-#define SHIM_WORKERS 2
+#define BACKEND_WORKERS 2
 
-struct shim_op {
-  struct backend_io *io;
-  uint64_t offset, count;
-};
-
-struct shim {
-  struct backend b;             /* first: the queue sees only this */
-  struct backend *inner;
-  struct harness *h;
-  uint64_t merge_limit;         /* largest vectored write allowed */
-  bool no_merging;              /* unplug-thresh=1 */
-  _Atomic int writers;          /* synchronous backend calls running */
-  struct shim_op *running;      /* under lock: their ranges, max_writers */
-  _Atomic int flushes;          /* backend flushes running */
-  _Atomic bool stopped;         /* queue_stop returned */
-  /* Under lock: bytes changed since the last backend flush started, so
-   * the harness can tell written from durable.
-   */
-  uint8_t *dirty;
-
-  /* Async mode: submitted operations, pending or running. */
-  pthread_mutex_t lock;
-  pthread_cond_t work;
-  struct shim_op *ops;          /* max_in_flight slots */
-  unsigned nr_ops;              /* submitted, not yet done */
-  unsigned nr_pending;          /* of which not yet picked up */
-  bool *picked;                 /* per slot */
-  bool started, quit;
-  pthread_t workers[SHIM_WORKERS];
-  uint64_t rng;
-};
-
-static struct shim *
-to_shim (struct backend *b)
-{
-  return (struct shim *) b;
-}
-
-__attribute__ ((format (printf, 2, 3)))
+/* A breach found on a queue or backend thread: blame the op lane 0 is
+ * on.
+ */
 static void
-shim_fault (struct shim *s, const char *fmt, ...)
+backend_fault (void *arg, const char *msg)
 {
-  struct harness *h = s->h;
-  char msg[512];
-  va_list ap;
+  struct harness *h = arg;
 
-  va_start (ap, fmt);
-  vsnprintf (msg, sizeof msg, fmt, ap);
-  va_end (ap);
-  /* Found on a queue or backend thread: blame the op lane 0 is on. */
   fail (h, 0, h->lane[0].nr_ops ? h->lane[0].nr_ops - 1 : 0,
         FAULT_BACKEND, "%s", msg);
 }
 
-/* Checks for every operation that changes the disk. */
+/* The limits this run asks for, over the memory backend's own. */
 static void
-shim_check_range (struct shim *s, const char *what, uint64_t count,
-                  uint64_t offset)
+shape_backend (struct backend *b, const struct backend_params *bp)
 {
-  uint32_t a = s->b.limits.minimum;
-
-  if (atomic_load (&s->stopped))
-    shim_fault (s, "backend %s 0x%" PRIx64 "+%" PRIu64
-                " after queue_stop returned", what, offset, count);
-  if (count == 0 || offset > s->b.size || count > s->b.size - offset)
-    shim_fault (s, "backend %s 0x%" PRIx64 "+%" PRIu64
-                " outside the disk (size %" PRIu64 ")",
-                what, offset, count, s->b.size);
-  if (a > 1 && ((offset | count) & (a - 1)))
-    shim_fault (s, "backend %s 0x%" PRIx64 "+%" PRIu64
-                " not aligned to the minimum block size %" PRIu32,
-                what, offset, count, a);
-}
-
-static uint64_t
-iov_total (const struct iovec *iov, int iovcnt)
-{
-  uint64_t total = 0;
-
-  for (int i = 0; i < iovcnt; i++)
-    total += iov[i].iov_len;
-  return total;
-}
-
-/* A (possibly merged) write must fit the limits the backend gave. */
-static void
-shim_check_write (struct shim *s, const struct iovec *iov, int iovcnt,
-                  uint64_t offset)
-{
-  uint64_t total = iov_total (iov, iovcnt);
-
-  shim_check_range (s, "write", total, offset);
-  if (iovcnt < 1 || (s->b.max_iov > 0 && iovcnt > s->b.max_iov))
-    shim_fault (s, "write with %d vectors (max-iov %d)", iovcnt,
-                s->b.max_iov);
-  if (s->b.max_write && total > s->b.max_write)
-    shim_fault (s, "write of %" PRIu64 " bytes at 0x%" PRIx64
-                ": more than max_write %" PRIu32, total, offset,
-                s->b.max_write);
-  if (iovcnt > 1 && s->no_merging)
-    shim_fault (s, "write merged %d requests at 0x%" PRIx64
-                " with unplug-thresh=1 (no merging)", iovcnt, offset);
-  if (iovcnt > 1 && total > s->merge_limit)
-    shim_fault (s, "merged write of %" PRIu64 " bytes at 0x%" PRIx64
-                ": more than max-merge %" PRIu64, total, offset,
-                s->merge_limit);
-}
-
-static unsigned
-shim_max_writers (const struct shim *s)
-{
-  return s->b.max_writers > 1 ? s->b.max_writers : 1;
-}
-
-static void check_no_overlap (struct shim *s, const struct shim_op *ops,
-                              unsigned n, uint64_t offset, uint64_t count);
-
-/* The backend contract: writes, zeroes, trims and flushes come one at a
- * time (from whichever thread holds the disk's dispatch token), or up to
- * max_writers at a time over ranges that never overlap, unless the
- * backend takes asynchronous operations.  The slot the call runs in, or
- * -1 for a flush.
- */
-static int
-shim_enter (struct shim *s, const char *what, uint64_t count,
-            uint64_t offset)
-{
-  unsigned limit = shim_max_writers (s);
-  int running = atomic_fetch_add (&s->writers, 1);
-  int slot = -1;
-
-  if (running >= (int) limit)
-    shim_fault (s, "backend %s with %d backend calls already running"
-                " (max_writers %u)", what, running, limit);
-  if (count == 0)
-    return -1;                  /* a flush: no range to keep apart */
-  pthread_mutex_lock (&s->lock);
-  check_no_overlap (s, s->running, limit, offset, count);
-  for (unsigned i = 0; i < limit && slot == -1; i++)
-    if (s->running[i].count == 0) {
-      s->running[i] = (struct shim_op) { .offset = offset, .count = count };
-      slot = (int) i;
-    }
-  pthread_mutex_unlock (&s->lock);
-  return slot;
-}
-
-static void
-shim_leave (struct shim *s, int slot)
-{
-  if (slot >= 0) {
-    pthread_mutex_lock (&s->lock);
-    s->running[slot].count = 0;
-    pthread_mutex_unlock (&s->lock);
-  }
-  atomic_fetch_sub (&s->writers, 1);
-}
-
-/* After the operation, before the queue hears of it. */
-static void
-mark_dirty (struct shim *s, uint64_t count, uint64_t offset)
-{
-  if (offset >= s->b.size)
-    return;
-  count = min64 (count, s->b.size - offset);
-  pthread_mutex_lock (&s->lock);
-  memset (&s->dirty[offset], 1, count);
-  pthread_mutex_unlock (&s->lock);
-}
-
-static void
-shim_dirty_copy (struct shim *s, uint8_t *out, uint64_t count,
-                 uint64_t offset)
-{
-  pthread_mutex_lock (&s->lock);
-  memcpy (out, &s->dirty[offset], count);
-  pthread_mutex_unlock (&s->lock);
-}
-
-/* Junk that is neither zero nor any write's pattern in general. */
-static int
-scribble (struct backend *inner, uint64_t count, uint64_t offset)
-{
-  uint8_t junk[4096];
-
-  while (count > 0) {
-    size_t n = min64 (count, sizeof junk);
-    struct iovec iov = { .iov_base = junk, .iov_len = n };
-
-    for (size_t i = 0; i < n; i++)
-      junk[i] = 0xa5 ^ ((offset + i) & 0x0f);
-    if (backend_pwritev (inner, &iov, 1, offset, false) == -1)
-      return -1;
-    count -= n;
-    offset += n;
-  }
-  return 0;
-}
-
-static int
-do_trim (struct shim *s, uint64_t count, uint64_t offset)
-{
-  switch (s->h->p.backend.trim) {
-  case TRIM_PASS:
-    return backend_trim (s->inner, count, offset, false);
-  case TRIM_NOOP:
-    return 0;
-  case TRIM_SCRIBBLE:
-    return scribble (s->inner, count, offset);
-  }
-  abort ();
-}
-
-static int
-shim_pread (struct backend *b, void *buf, size_t count, uint64_t offset)
-{
-  struct shim *s = to_shim (b);
-
-  return s->inner->ops->pread (s->inner, buf, count, offset);
-}
-
-static int
-shim_pwritev (struct backend *b, const struct iovec *iov, int iovcnt,
-              uint64_t offset)
-{
-  struct shim *s = to_shim (b);
-  int slot = shim_enter (s, "write", iov_total (iov, iovcnt), offset);
-  int r;
-
-  shim_check_write (s, iov, iovcnt, offset);
-  r = backend_pwritev (s->inner, iov, iovcnt, offset, false);
-  mark_dirty (s, iov_total (iov, iovcnt), offset);
-  shim_leave (s, slot);
-  return r;
-}
-
-static int
-shim_zero (struct backend *b, uint64_t count, uint64_t offset, bool may_trim)
-{
-  struct shim *s = to_shim (b);
-  int slot = shim_enter (s, "zero", count, offset);
-  int r;
-
-  shim_check_range (s, "zero", count, offset);
-  r = backend_zero (s->inner, count, offset, may_trim, false);
-  mark_dirty (s, count, offset);
-  shim_leave (s, slot);
-  return r;
-}
-
-static int
-shim_trim (struct backend *b, uint64_t count, uint64_t offset)
-{
-  struct shim *s = to_shim (b);
-  int slot = shim_enter (s, "trim", count, offset);
-  int r;
-
-  shim_check_range (s, "trim", count, offset);
-  r = do_trim (s, count, offset);
-  mark_dirty (s, count, offset);
-  shim_leave (s, slot);
-  return r;
-}
-
-static int
-shim_flush (struct backend *b)
-{
-  struct shim *s = to_shim (b);
-  int slot = shim_enter (s, "flush", 0, 0);
-  bool delay;
-  int r;
-
-  /* Flush epochs are answered in order: one backend flush at a time. */
-  if (atomic_fetch_add (&s->flushes, 1) != 0)
-    shim_fault (s, "backend flush while another backend flush is running");
-  if (atomic_load (&s->stopped))
-    shim_fault (s, "backend flush after queue_stop returned");
-  /* What completed before this call is what the flush covers. */
-  pthread_mutex_lock (&s->lock);
-  memset (s->dirty, 0, s->b.size);
-  delay = shim_max_writers (s) > 1 && mix64 (++s->rng) % 4 == 0;
-  pthread_mutex_unlock (&s->lock);
-  /* With other holders running, a flush that takes its time lets them
-   * try to start another.
-   */
-  if (delay)
-    sleep_us (200);
-  r = s->inner->ops->flush (s->inner);
-  atomic_fetch_sub (&s->flushes, 1);
-  shim_leave (s, slot);
-  return r;
-}
-
-static int
-shim_extents (struct backend *b, uint64_t count, uint64_t offset,
-              struct extent_list *list)
-{
-  struct shim *s = to_shim (b);
-
-  return s->inner->ops->extents (s->inner, count, offset, list);
-}
-
-static int
-shim_cache (struct backend *b, uint64_t count, uint64_t offset)
-{
-  struct shim *s = to_shim (b);
-
-  return s->inner->ops->cache
-    ? s->inner->ops->cache (s->inner, count, offset) : 0;
-}
-
-/* ------------------------------------------------------------ async shim */
-
-static uint64_t
-io_count (const struct backend_io *io)
-{
-  return io->kind == OP_WRITE ? iov_total (io->iov, io->iovcnt)
-    : io->count;
-}
-
-static int
-run_io (struct shim *s, const struct backend_io *io)
-{
-  switch (io->kind) {
-  case OP_WRITE:
-    return backend_pwritev (s->inner, io->iov, io->iovcnt, io->offset,
-                            false);
-  case OP_ZERO:
-    return backend_zero (s->inner, io->count, io->offset, io->may_trim,
-                         false);
-  case OP_TRIM:
-    return do_trim (s, io->count, io->offset);
-  default:
-    abort ();
-  }
-}
-
-/* Under s->lock: a pending operation chosen at random, so operations
- * complete in any order.
- */
-static unsigned
-pick_pending (struct shim *s)
-{
-  unsigned n = mix64 (++s->rng) % s->nr_pending;
-
-  for (unsigned i = 0;; i++)
-    if (s->ops[i].io && !s->picked[i] && n-- == 0)
-      return i;
-}
-
-static void *
-shim_worker (void *arg)
-{
-  struct shim *s = arg;
-
-  pthread_mutex_lock (&s->lock);
-  for (;;) {
-    struct backend_io *io;
-    unsigned slot;
-    uint64_t delay;
-    int r, err;
-
-    while (s->nr_pending == 0 && !s->quit)
-      pthread_cond_wait (&s->work, &s->lock);
-    if (s->nr_pending == 0)
-      break;
-    slot = pick_pending (s);
-    s->picked[slot] = true;
-    s->nr_pending--;
-    io = s->ops[slot].io;
-    /* Now and then an operation that takes its time. */
-    delay = mix64 (++s->rng) % 8 == 0 ? mix64 (s->rng) % 300 : 0;
-    pthread_mutex_unlock (&s->lock);
-
-    if (delay)
-      sleep_us (delay);
-    errno = 0;
-    r = run_io (s, io);
-    err = r == -1 ? (errno ? errno : EIO) : 0;
-    mark_dirty (s, io_count (io), io->offset);
-
-    /* Free the slot before done: the queue may submit again at once. */
-    pthread_mutex_lock (&s->lock);
-    s->ops[slot] = (struct shim_op) { .io = NULL };
-    s->picked[slot] = false;
-    s->nr_ops--;
-    pthread_mutex_unlock (&s->lock);
-    io->done (io, err);
-    pthread_mutex_lock (&s->lock);
-  }
-  pthread_mutex_unlock (&s->lock);
-  return NULL;
-}
-
-static int
-shim_start (struct backend *b)
-{
-  struct shim *s = to_shim (b);
-
-  if (s->started) {
-    shim_fault (s, "backend start called twice");
-    return 0;
-  }
-  for (int i = 0; i < SHIM_WORKERS; i++)
-    if (pthread_create (&s->workers[i], NULL, shim_worker, s) != 0) {
-      errno = EAGAIN;
-      return -1;
-    }
-  s->started = true;
-  return 0;
-}
-
-/* Under s->lock: operations in flight together never overlap (queue.c
- * promises it, and a backend may run them in any order).  Free slots
- * have count 0.
- */
-static void
-check_no_overlap (struct shim *s, const struct shim_op *ops, unsigned n,
-                  uint64_t offset, uint64_t count)
-{
-  for (unsigned i = 0; i < n; i++) {
-    const struct shim_op *o = &ops[i];
-
-    if (o->count && offset < o->offset + o->count
-        && o->offset < offset + count)
-      shim_fault (s, "backend operation 0x%" PRIx64 "+%" PRIu64
-                  " submitted while 0x%" PRIx64 "+%" PRIu64
-                  " over the same bytes is in flight",
-                  offset, count, o->offset, o->count);
-  }
-}
-
-static int
-shim_submit (struct backend *b, struct backend_io *io)
-{
-  struct shim *s = to_shim (b);
-  uint64_t count = io_count (io);
-  unsigned slot;
-
-  if (io->kind == OP_WRITE)
-    shim_check_write (s, io->iov, io->iovcnt, io->offset);
-  else
-    shim_check_range (s, io->kind == OP_ZERO ? "zero" : "trim", count,
-                      io->offset);
-  pthread_mutex_lock (&s->lock);
-  if (!s->started)
-    shim_fault (s, "backend submit before start");
-  if (s->nr_ops >= s->b.max_in_flight) {
-    shim_fault (s, "more than max_in_flight %u operations submitted",
-                s->b.max_in_flight);
-    pthread_mutex_unlock (&s->lock);
-    errno = EBUSY;
-    return -1;
-  }
-  check_no_overlap (s, s->ops, s->b.max_in_flight, io->offset, count);
-  for (slot = 0; s->ops[slot].io; slot++)
-    ;
-  s->ops[slot] = (struct shim_op) {
-    .io = io, .offset = io->offset, .count = count
-  };
-  s->nr_ops++;
-  s->nr_pending++;
-  pthread_cond_signal (&s->work);
-  pthread_mutex_unlock (&s->lock);
-  return BACKEND_IO_STARTED;
-}
-
-/* Operations still in flight (queue_stop must leave none). */
-static unsigned
-shim_in_flight (struct shim *s)
-{
-  unsigned n;
-
-  pthread_mutex_lock (&s->lock);
-  n = s->nr_ops;
-  pthread_mutex_unlock (&s->lock);
-  return n;
-}
-
-static void
-shim_close (struct backend *b)
-{
-  struct shim *s = to_shim (b);
-
-  if (s->started) {
-    pthread_mutex_lock (&s->lock);
-    s->quit = true;
-    pthread_cond_broadcast (&s->work);
-    pthread_mutex_unlock (&s->lock);
-    for (int i = 0; i < SHIM_WORKERS; i++)
-      pthread_join (s->workers[i], NULL);
-  }
-  backend_close (s->inner);
-  pthread_mutex_destroy (&s->lock);
-  pthread_cond_destroy (&s->work);
-  free (s->ops);
-  free (s->picked);
-  free (s->running);
-  free (s->dirty);
-  free (s->b.description);
-  free (s);
-}
-
-/* The synchronous entry: the shim's own checks, then the inner
- * backend, in the calling thread.
- */
-static int
-shim_io (struct backend *b, struct backend_io *io)
-{
-  int r;
-
-  switch (io->kind) {
-  case OP_WRITE:
-    r = shim_pwritev (b, io->iov, io->iovcnt, io->offset);
-    break;
-  case OP_ZERO:
-    r = shim_zero (b, io->count, io->offset, io->may_trim);
-    break;
-  case OP_TRIM:
-    r = shim_trim (b, io->count, io->offset);
-    break;
-  default:
-    abort ();
-  }
-  return r == -1 ? -1 : BACKEND_IO_DONE;
-}
-
-static const struct backend_ops shim_ops = {
-  .kind = "model-shim",
-  .pread = shim_pread,
-  .io = shim_io,
-  .flush = shim_flush,
-  .extents = shim_extents,
-  .cache = shim_cache,
-  .close = shim_close,
-};
-
-/* The same, plus operations in flight on the shim's own threads. */
-static const struct backend_ops shim_async_ops = {
-  .kind = "model-shim-async",
-  .pread = shim_pread,
-  .io = shim_submit,
-  .flush = shim_flush,
-  .extents = shim_extents,
-  .cache = shim_cache,
-  .close = shim_close,
-  .start = shim_start,
-};
-
-static struct shim *
-shim_new (struct harness *h, struct backend *inner)
-{
-  const struct backend_params *bp = &h->p.backend;
-  struct shim *s = calloc (1, sizeof *s);
-
-  if (s == NULL)
-    return NULL;
-  s->b.description = strdup ("model shim");
-  s->dirty = calloc (inner->size, 1);
-  s->running = calloc (bp->writers > 1 ? bp->writers : 1, sizeof *s->running);
-  if (bp->async) {
-    s->ops = calloc (bp->async, sizeof *s->ops);
-    s->picked = calloc (bp->async, sizeof *s->picked);
-  }
-  if (s->b.description == NULL || s->dirty == NULL || s->running == NULL
-      || (bp->async && (!s->ops || !s->picked))) {
-    free (s->b.description);
-    free (s->running);
-    free (s->dirty);
-    free (s->ops);
-    free (s->picked);
-    free (s);
-    return NULL;
-  }
-  pthread_mutex_init (&s->lock, NULL);
-  pthread_cond_init (&s->work, NULL);
-  s->rng = h->p.disk_size ^ h->p.config.unplug_thresh;
-  s->inner = inner;
-  s->h = h;
-  s->b.ops = bp->async ? &shim_async_ops : &shim_ops;
-  s->b.max_in_flight = bp->async;
-  s->b.max_writers = bp->writers;
-  s->b.size = inner->size;
-  s->b.limits = inner->limits;
-  s->b.max_write = bp->max_write ? bp->max_write : inner->max_write;
-  s->b.max_iov = bp->max_iov ? bp->max_iov : inner->max_iov;
-  s->b.can_fast_zero = inner->can_fast_zero && !bp->no_fast_zero;
-  s->b.trim_reads_zero = inner->trim_reads_zero && bp->trim == TRIM_PASS;
+  b->max_writers = bp->writers;
+  if (bp->max_write)
+    b->max_write = bp->max_write;
+  if (bp->max_iov)
+    b->max_iov = bp->max_iov;
+  if (bp->no_fast_zero)
+    b->can_fast_zero = false;
   if (bp->minimum) {
-    s->b.limits.minimum = bp->minimum;
-    if (s->b.limits.preferred < bp->minimum)
-      s->b.limits.preferred = bp->minimum;
+    b->limits.minimum = bp->minimum;
+    b->limits.preferred = MAX (b->limits.preferred, bp->minimum);
   }
   /* No request may be larger than one write can carry. */
-  if (s->b.max_write && s->b.limits.maximum > s->b.max_write)
-    s->b.limits.maximum = s->b.max_write;
-  s->merge_limit = min64 (h->p.config.max_merge,
-                          s->b.max_write ? s->b.max_write : UINT64_MAX);
-  s->no_merging = h->p.config.unplug_thresh <= 1;
-  return s;
+  if (b->max_write)
+    b->limits.maximum = MIN (b->limits.maximum, b->max_write);
+}
+
+static struct test_backend *
+backend_new (struct harness *h)
+{
+  const struct backend_params *bp = &h->p.backend;
+  struct test_backend *tb = test_backend_new (h->p.disk_size);
+  struct backend *b;
+  struct tb_contract c = {
+    .no_merging = h->p.config.unplug_thresh <= 1,
+    .fault = backend_fault, .arg = h,
+  };
+
+  if (tb == NULL)
+    return NULL;
+  b = test_backend_get (tb);
+  shape_backend (b, bp);
+  test_backend_set_trim (tb, bp->trim);
+  c.merge_limit = MIN (h->p.config.max_merge,
+                       b->max_write ? b->max_write : UINT64_MAX);
+  if (test_backend_check_contract (tb, &c) == -1
+      || (bp->async && test_backend_set_async_workers (tb, bp->async,
+                                                       BACKEND_WORKERS) == -1)) {
+    backend_close (b);
+    return NULL;
+  }
+  test_backend_jitter (tb, h->p.disk_size ^ h->p.config.unplug_thresh);
+  return tb;
 }
 
 /* ------------------------------------------------------------ setup */
@@ -1464,20 +905,17 @@ harness_start (struct harness *h)
 {
   char cfg[512];
 
-  h->inner = backend_memory_new (h->p.disk_size);
-  if (h->inner == NULL)
-    return fail (h, 0, 0, FAULT_SETUP, "backend_memory_new: %m");
-  if ((h->shim = shim_new (h, h->inner)) == NULL) {
-    backend_close (h->inner);
-    return fail (h, 0, 0, FAULT_SETUP, "out of memory");
-  }
+  if ((h->tb = backend_new (h)) == NULL)
+    return fail (h, 0, 0, FAULT_SETUP, "test backend: %m");
   if ((h->ts = timer_service_new ()) == NULL) {
-    shim_close (&h->shim->b);
+    backend_close (test_backend_get (h->tb));
+    h->tb = NULL;
     return fail (h, 0, 0, FAULT_SETUP, "timer_service_new: %m");
   }
-  h->q = queue_new ("model", &h->shim->b, &h->p.config);
+  h->q = queue_new ("model", test_backend_get (h->tb), &h->p.config);
   if (h->q == NULL) {
-    shim_close (&h->shim->b);
+    backend_close (test_backend_get (h->tb));
+    h->tb = NULL;
     harness_params_format (&h->p, cfg, sizeof cfg);
     return fail (h, 0, 0, FAULT_SETUP, "queue_new refused %s: %m", cfg);
   }
@@ -1500,8 +938,7 @@ harness_new (const struct harness_params *p)
   if (h == NULL)
     return NULL;
   h->p = *p;
-  h->nr_lanes = p->lanes < 1 ? 1
-    : p->lanes > HARNESS_MAX_LANES ? HARNESS_MAX_LANES : p->lanes;
+  h->nr_lanes = MIN (MAX (p->lanes, 1u), (unsigned) HARNESS_MAX_LANES);
   if (p->verbose) {
     char cfg[512];
 
@@ -1518,12 +955,12 @@ harness_lane_generator (const struct harness *h, unsigned i,
                         struct op_generator *g)
 {
   const struct lane *l = &h->lane[i];
+  const struct backend *b = h->tb ? test_backend_get (h->tb) : NULL;
   uint64_t max_io = MAX_IO;
 
-  if (h->shim && h->shim->b.limits.maximum)
-    max_io = min64 (max_io, h->shim->b.limits.maximum);
-  op_generator_init (g, l->lo, l->hi, max_io,
-                     h->shim ? h->shim->b.limits.minimum : 1,
+  if (b && b->limits.maximum)
+    max_io = MIN (max_io, (uint64_t) b->limits.maximum);
+  op_generator_init (g, l->lo, l->hi, max_io, b ? b->limits.minimum : 1,
                      (i << 24) + 1);
   /* Only the last lane may run off the end: past any other lane's end
    * is the next lane's region.
@@ -1542,7 +979,7 @@ struct expect {
 static bool
 misaligned (const struct harness *h, const struct model_op *op)
 {
-  uint32_t a = h->shim->b.limits.minimum;
+  uint32_t a = test_backend_get (h->tb)->limits.minimum;
 
   return a > 1 && ((op->offset | op->count) & (a - 1));
 }
@@ -1624,11 +1061,11 @@ check_landed (struct harness *h, unsigned li, size_t index,
   struct model_mismatch mm;
 
   for (uint64_t pos = from; pos < to; pos += MAX_IO) {
-    uint64_t n = min64 (MAX_IO, to - pos);
+    uint64_t n = MIN (MAX_IO, to - pos);
     int64_t bad;
 
-    shim_dirty_copy (h->shim, l->dirty, n, pos);
-    if (h->inner->ops->pread (h->inner, l->buf, n, pos) == -1)
+    test_backend_dirty (h->tb, l->dirty, n, pos);
+    if (test_backend_read (h->tb, l->buf, n, pos) == -1)
       return fail (h, li, index, kind, "backend pread: %m");
     if (!model_compare (&l->model, l->buf, pos, n, true, &mm))
       return mismatch (h, li, index, kind, what, &mm);
@@ -1710,7 +1147,8 @@ apply_zero (struct harness *h, unsigned li, size_t index,
 {
   struct lane *l = &h->lane[li];
   struct expect e = expect_for (h, op);
-  bool refuse_fast = (op->flags & REQ_FAST_ZERO) && !h->shim->b.can_fast_zero;
+  bool refuse_fast = (op->flags & REQ_FAST_ZERO)
+    && !test_backend_get (h->tb)->can_fast_zero;
   int r, err;
 
   /* A fast zero the backend cannot do fails at once with ENOTSUP; with
@@ -1818,8 +1256,8 @@ check_extent_zeroes (struct harness *h, unsigned li, size_t index,
   for (size_t i = 0; i < list->len; i++) {
     const struct extent *x = &list->v[i];
     /* Beyond the request the list is a hint nobody must act on. */
-    uint64_t from = x->offset > op->offset ? x->offset : op->offset;
-    uint64_t to = min64 (x->offset + x->length, op->offset + op->count);
+    uint64_t from = MAX (x->offset, op->offset);
+    uint64_t to = MIN (x->offset + x->length, op->offset + op->count);
     int64_t pos;
 
     if (!(x->type & EXTENT_ZERO) || from >= to)
@@ -1958,7 +1396,7 @@ harness_apply (struct harness *h, unsigned li, const struct model_op *op)
   case MOP_FLUSH: ok = apply_flush (h, li, index); break;
   case MOP_EXTENTS: ok = apply_extents (h, li, index, op); break;
   case MOP_CACHE: ok = apply_cache (h, li, index, op); break;
-  case MOP_SLEEP: sleep_us (op->count); break;
+  case MOP_SLEEP: test_sleep_us (op->count); break;
   default: abort ();
   }
   if (ok && (index + 1) % LANDED_CHECK_EVERY == 0)
@@ -2071,17 +1509,17 @@ check_drained (struct harness *h)
     struct lane *l = &h->lane[i];
 
     for (uint64_t pos = l->lo; pos < l->hi; pos += MAX_IO) {
-      uint64_t n = min64 (MAX_IO, l->hi - pos);
+      uint64_t n = MIN (MAX_IO, l->hi - pos);
       struct model_mismatch mm;
       const uint8_t *d;
 
-      shim_dirty_copy (h->shim, l->dirty, n, pos);
+      test_backend_dirty (h->tb, l->dirty, n, pos);
       if ((d = memchr (l->dirty, 1, n)) != NULL)
         return fail (h, i, SIZE_MAX, FAULT_DRAIN,
                      "after queue_stop byte 0x%" PRIx64 " is not durable:"
                      " no backend flush after its write",
                      pos + (d - l->dirty));
-      if (h->inner->ops->pread (h->inner, l->buf, n, pos) == -1)
+      if (test_backend_read (h->tb, l->buf, n, pos) == -1)
         return fail (h, i, SIZE_MAX, FAULT_DRAIN, "backend pread: %m");
       if (!model_compare (&l->model, l->buf, pos, n, false, &mm))
         return mismatch (h, i, SIZE_MAX, FAULT_DRAIN,
@@ -2098,11 +1536,11 @@ harness_finish (struct harness *h)
     return !atomic_load (&h->failed);
   h->finished = true;
   queue_stop (h->q);
-  atomic_store (&h->shim->stopped, true);
-  if (shim_in_flight (h->shim) > 0)
+  test_backend_stopped (h->tb);
+  if (test_backend_in_flight (h->tb) > 0)
     fail (h, 0, SIZE_MAX, FAULT_BACKEND,
           "queue_stop returned with %u backend operations in flight",
-          shim_in_flight (h->shim));
+          test_backend_in_flight (h->tb));
   if (!atomic_load (&h->failed))
     check_drained (h);
   if (!atomic_load (&h->failed))

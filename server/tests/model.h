@@ -12,14 +12,15 @@
  * directly (bypassing the queue) after every FLUSH and FUA and every 16
  * ops, and compares the whole backend after the queue has drained.
  *
- * The queue writes through a shim backend over the memory backend that
- * checks the backend contract as it is used (limits, merging, one writer
- * or at most max_writers, one flush at a time, nothing after queue_stop,
- * no overlapping operations in flight), records what was written since
- * the last backend flush, and can stand in for other backends: no fast
- * zero, trims that do nothing or leave junk, a minimum block size, small
- * max_write and max_iov, writes from several token holders at once, or
- * asynchronous operations completed out of order on its own threads.
+ * The queue writes through the test backend (test_backends.h) over the
+ * memory backend, which checks the backend contract as it is used
+ * (limits, merging, one writer or at most max_writers, one flush at a
+ * time, nothing after queue_stop, no overlapping operations in flight),
+ * records what was written since the last backend flush, and stands in
+ * for other backends: no fast zero, trims that do nothing or leave junk,
+ * a minimum block size, small max_write and max_iov, writes from several
+ * token holders at once, or asynchronous operations completed out of
+ * order on its own threads.
  *
  * The same op generator serves the random model test and the fuzzer: it
  * turns a byte stream (a seeded PRNG or the fuzzer's input) into requests
@@ -34,6 +35,7 @@
 #include <stdio.h>
 
 #include "queue.h"
+#include "test_backends.h"
 
 /* ------------------------------------------------------------ ops */
 
@@ -176,14 +178,8 @@ bool op_generator_next (struct op_generator *, struct byte_source *,
 /* How the test backend wrapped around the memory backend behaves, so one
  * run can stand in for a file or NBD backend's properties.
  */
-enum trim_mode {
-  TRIM_PASS,                    /* the memory backend's own trim */
-  TRIM_NOOP,                    /* trim is advisory: do nothing */
-  TRIM_SCRIBBLE,                /* overwrite with junk: "unspecified" */
-};
-
 struct backend_params {
-  enum trim_mode trim;
+  enum tb_trim trim;
   bool no_fast_zero;            /* clear can_fast_zero */
   uint32_t max_write;           /* 0: the memory backend's own */
   int max_iov;                  /* 0: the memory backend's own */

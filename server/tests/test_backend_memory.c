@@ -20,6 +20,7 @@
 #include "backend.h"
 #include "extents.h"
 #include "backend_checks.h"
+#include "minmax.h"
 #include "tap.h"
 
 #define KiB ((uint64_t) 1024)
@@ -396,7 +397,7 @@ pages_uniform (const unsigned char *buf, size_t len, uint64_t offset)
 
   while (i < len) {
     size_t in_page = PG - (offset + i) % PG;
-    size_t end = i + in_page < len ? i + in_page : len;
+    size_t end = MIN (i + in_page, len);
 
     if (!bytes_all (buf + i, buf[i], end - i))
       return false;

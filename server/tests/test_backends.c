@@ -1,22 +1,24 @@
-/* plugq tests: the counting, gating, failing backend wrapper, and the
- * fixtures the queue and linear tests share.
- */
-
+/* plugq tests: the wrapper backend (test_backends.h). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 
+#include <config.h>
+
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "tap.h"
+#include "clock.h"
+#include "fixtures.h"
+#include "lock.h"
+#include "minmax.h"
 #include "test_backends.h"
-#include "timer_service.h"
 
 struct tb_kind {
   uint64_t entered;
@@ -27,22 +29,58 @@ struct tb_kind {
   int fail_errno;
 };
 
+/* A range being changed: a synchronous call's (io NULL) or a submitted
+ * operation's.  A free slot has count 0 and io NULL.
+ */
+struct tb_slot {
+  struct backend_io *io;
+  uint64_t offset, count;
+  uint64_t seq;                 /* submission order */
+  bool picked;                  /* a worker is running it */
+};
+
 struct test_backend {
   struct backend b;             /* first: what the queue calls */
   struct backend *inner;        /* the real memory backend */
-  pthread_mutex_t lock;
+  struct lock lock;
   pthread_cond_t changed;       /* any count or gate moved */
   struct tb_kind kind[TB_OPS];
   struct tb_call *log;
   size_t log_len, log_cap;
+  enum tb_trim trim;
+  bool jitter;
+  uint64_t rng;                 /* under lock */
 
-  /* Async mode: submitted operations wait in a ring for a worker. */
+  /* Contract checks: fault is NULL until test_backend_check_contract. */
+  struct tb_contract contract;
+  _Atomic int writers;          /* synchronous changing calls running */
+  _Atomic int flushes;          /* backend flushes running */
+  _Atomic bool stopped;         /* queue_stop returned */
+  struct tb_slot *running;      /* under lock: max_writers slots */
+  uint8_t *dirty;               /* under lock: changed since a flush began */
+
+  /* Async mode: submitted operations, pending or running. */
   pthread_cond_t work;
-  struct backend_io **ring;     /* max_in_flight slots */
-  unsigned ring_head, ring_len;
+  struct tb_slot *slots;        /* max_in_flight of them */
+  unsigned nr_ops;              /* submitted, not yet done */
+  unsigned nr_pending;          /* of which no worker picked yet */
+  uint64_t next_seq;
   pthread_t *workers;
-  unsigned nr_workers;
-  bool stopping;
+  unsigned nr_workers, want_workers;
+  bool started, stopping;
+};
+
+/* What a call carries besides its tb_call. */
+struct tb_args {
+  void *buf;                    /* pread */
+  const struct iovec *iov;      /* pwritev */
+  struct extent_list *list;     /* extents */
+};
+
+static const char *const op_names[TB_OPS] = {
+  [TB_PREAD] = "read", [TB_PWRITEV] = "write", [TB_ZERO] = "zero",
+  [TB_TRIM] = "trim", [TB_FLUSH] = "flush", [TB_EXTENTS] = "extents",
+  [TB_CACHE] = "cache",
 };
 
 static struct test_backend *
@@ -51,70 +89,266 @@ to_tb (struct backend *b)
   return (struct test_backend *) b;
 }
 
-/* ------------------------------------------------------------ timing */
-
-static struct timespec
-deadline_after_ms (unsigned ms)
+/* Under tb->lock: xorshift64*, enough to scatter timings. */
+static uint64_t
+next_random (struct test_backend *tb)
 {
-  struct timespec ts;
+  lock_assert_held (&tb->lock);
+  tb->rng ^= tb->rng >> 12;
+  tb->rng ^= tb->rng << 25;
+  tb->rng ^= tb->rng >> 27;
+  return tb->rng * UINT64_C (2685821657736338717);
+}
 
-  clock_gettime (CLOCK_MONOTONIC, &ts);
-  ts.tv_sec += ms / 1000;
-  ts.tv_nsec += (long) (ms % 1000) * 1000000;
-  if (ts.tv_nsec >= 1000000000) {
-    ts.tv_sec++;
-    ts.tv_nsec -= 1000000000;
+static unsigned
+max_writers (const struct test_backend *tb)
+{
+  return MAX (tb->b.max_writers, 1u);
+}
+
+static uint64_t
+iov_total (const struct iovec *iov, int iovcnt)
+{
+  uint64_t total = 0;
+
+  for (int i = 0; i < iovcnt; i++)
+    total += iov[i].iov_len;
+  return total;
+}
+
+/* ------------------------------------------------------------ contract */
+
+__attribute__ ((format (printf, 2, 3)))
+static void
+tb_fault (struct test_backend *tb, const char *fmt, ...)
+{
+  char msg[512];
+  va_list ap;
+
+  if (tb->contract.fault == NULL)
+    return;
+  va_start (ap, fmt);
+  vsnprintf (msg, sizeof msg, fmt, ap);
+  va_end (ap);
+  tb->contract.fault (tb->contract.arg, msg);
+}
+
+/* Checks for every operation that changes the disk. */
+static void
+check_range (struct test_backend *tb, const char *what, uint64_t count,
+             uint64_t offset)
+{
+  uint32_t a = tb->b.limits.minimum;
+
+  if (atomic_load (&tb->stopped))
+    tb_fault (tb, "backend %s 0x%" PRIx64 "+%" PRIu64
+              " after queue_stop returned", what, offset, count);
+  if (count == 0 || offset > tb->b.size || count > tb->b.size - offset)
+    tb_fault (tb, "backend %s 0x%" PRIx64 "+%" PRIu64
+              " outside the disk (size %" PRIu64 ")",
+              what, offset, count, tb->b.size);
+  if (a > 1 && ((offset | count) & (a - 1)))
+    tb_fault (tb, "backend %s 0x%" PRIx64 "+%" PRIu64
+              " not aligned to the minimum block size %" PRIu32,
+              what, offset, count, a);
+}
+
+/* A (possibly merged) write must fit the limits the backend gave. */
+static void
+check_write (struct test_backend *tb, const struct iovec *iov, int iovcnt,
+             uint64_t offset)
+{
+  uint64_t total = iov_total (iov, iovcnt);
+
+  check_range (tb, "write", total, offset);
+  if (iovcnt < 1 || (tb->b.max_iov > 0 && iovcnt > tb->b.max_iov))
+    tb_fault (tb, "write with %d vectors (max-iov %d)", iovcnt,
+              tb->b.max_iov);
+  if (tb->b.max_write && total > tb->b.max_write)
+    tb_fault (tb, "write of %" PRIu64 " bytes at 0x%" PRIx64
+              ": more than max_write %" PRIu32, total, offset,
+              tb->b.max_write);
+  if (iovcnt > 1 && tb->contract.no_merging)
+    tb_fault (tb, "write merged %d requests at 0x%" PRIx64
+              " with unplug-thresh=1 (no merging)", iovcnt, offset);
+  if (iovcnt > 1 && total > tb->contract.merge_limit)
+    tb_fault (tb, "merged write of %" PRIu64 " bytes at 0x%" PRIx64
+              ": more than max-merge %" PRIu64, total, offset,
+              tb->contract.merge_limit);
+}
+
+/* Under tb->lock: operations in flight together never overlap (queue.c
+ * promises it, and a backend may run them in any order).
+ */
+static void
+check_no_overlap (struct test_backend *tb, const struct tb_slot *slots,
+                  unsigned n, uint64_t offset, uint64_t count)
+{
+  lock_assert_held (&tb->lock);
+  for (unsigned i = 0; i < n; i++) {
+    const struct tb_slot *o = &slots[i];
+
+    if (o->count && offset < o->offset + o->count
+        && o->offset < offset + count)
+      tb_fault (tb, "backend operation 0x%" PRIx64 "+%" PRIu64
+                " submitted while 0x%" PRIx64 "+%" PRIu64
+                " over the same bytes is in flight",
+                offset, count, o->offset, o->count);
   }
-  return ts;
+}
+
+/* The backend contract: writes, zeroes, trims and flushes come one at a
+ * time (from whichever thread holds the disk's dispatch token), or up to
+ * max_writers at a time over ranges that never overlap, unless the
+ * backend takes asynchronous operations.  The slot the call runs in, or
+ * -1 for a flush or when nothing is checked.
+ */
+static int
+writer_enter (struct test_backend *tb, const struct tb_call *c)
+{
+  unsigned limit = max_writers (tb);
+  int running = atomic_fetch_add (&tb->writers, 1);
+  int slot = -1;
+
+  if (running >= (int) limit)
+    tb_fault (tb, "backend %s with %d backend calls already running"
+              " (max_writers %u)", op_names[c->op], running, limit);
+  if (c->count == 0 || tb->running == NULL)
+    return -1;                  /* a flush: no range to keep apart */
+  lock_acquire (&tb->lock);
+  check_no_overlap (tb, tb->running, limit, c->offset, c->count);
+  for (unsigned i = 0; i < limit && slot == -1; i++)
+    if (tb->running[i].count == 0) {
+      tb->running[i] = (struct tb_slot) {
+        .offset = c->offset, .count = c->count
+      };
+      slot = (int) i;
+    }
+  lock_release (&tb->lock);
+  return slot;
+}
+
+static void
+writer_leave (struct test_backend *tb, int slot)
+{
+  if (slot >= 0) {
+    lock_acquire (&tb->lock);
+    tb->running[slot].count = 0;
+    lock_release (&tb->lock);
+  }
+  atomic_fetch_sub (&tb->writers, 1);
+}
+
+/* After the operation, before the queue hears of it. */
+static void
+mark_dirty (struct test_backend *tb, uint64_t count, uint64_t offset)
+{
+  if (tb->dirty == NULL || offset >= tb->b.size)
+    return;
+  count = MIN (count, tb->b.size - offset);
+  lock_acquire (&tb->lock);
+  memset (&tb->dirty[offset], 1, count);
+  lock_release (&tb->lock);
+}
+
+/* What completed before a flush starts is what it covers.  With other
+ * writers running, a flush that takes its time lets them try to start
+ * another.
+ */
+static void
+flush_begins (struct test_backend *tb)
+{
+  bool delay;
+
+  lock_acquire (&tb->lock);
+  if (tb->dirty)
+    memset (tb->dirty, 0, tb->b.size);
+  delay = tb->jitter && max_writers (tb) > 1 && next_random (tb) % 4 == 0;
+  lock_release (&tb->lock);
+  if (delay)
+    test_sleep_us (200);
+}
+
+int
+test_backend_check_contract (struct test_backend *tb,
+                             const struct tb_contract *c)
+{
+  tb->dirty = calloc (tb->b.size, 1);
+  tb->running = calloc (max_writers (tb), sizeof *tb->running);
+  if (tb->dirty == NULL || tb->running == NULL) {
+    free (tb->dirty);
+    free (tb->running);
+    tb->dirty = NULL;
+    tb->running = NULL;
+    return -1;
+  }
+  tb->contract = *c;
+  return 0;
 }
 
 void
-test_poll_step (void)
+test_backend_dirty (struct test_backend *tb, uint8_t *out, uint64_t count,
+                    uint64_t offset)
 {
-  struct timespec ts = { 0, 1000000 };
+  lock_acquire (&tb->lock);
+  memcpy (out, &tb->dirty[offset], count);
+  lock_release (&tb->lock);
+}
 
-  nanosleep (&ts, NULL);
+void
+test_backend_stopped (struct test_backend *tb)
+{
+  atomic_store (&tb->stopped, true);
 }
 
 /* ------------------------------------------------------------ calls */
 
-/* Logs the call, waits at the gate, and says whether to fail it. */
+/* Under tb->lock: the call joins the log, if there is room for it. */
+static void
+log_call (struct test_backend *tb, const struct tb_call *call)
+{
+  struct tb_call *logged;
+
+  lock_assert_held (&tb->lock);
+  if (tb->log_len == tb->log_cap) {
+    size_t cap = tb->log_cap ? tb->log_cap * 2 : 64;
+    struct tb_call *v = realloc (tb->log, cap * sizeof *v);
+
+    if (v == NULL)
+      return;
+    tb->log = v;
+    tb->log_cap = cap;
+  }
+  logged = &tb->log[tb->log_len++];
+  *logged = *call;
+  logged->thread = pthread_self ();
+  logged->busy = 0;
+  for (int op = 0; op < TB_OPS; op++)
+    logged->busy += tb->kind[op].entered - tb->kind[op].completed;
+}
+
+/* Logs the call, waits at the gate, and says whether to fail it.  Drops
+ * tb->lock while the gate is shut.
+ */
 static int
 call_begin (struct test_backend *tb, const struct tb_call *call)
 {
   struct tb_kind *k = &tb->kind[call->op];
   int err = 0;
 
-  pthread_mutex_lock (&tb->lock);
-  if (tb->log_len == tb->log_cap) {
-    size_t cap = tb->log_cap ? tb->log_cap * 2 : 64;
-    struct tb_call *v = realloc (tb->log, cap * sizeof *v);
-
-    if (v) {
-      tb->log = v;
-      tb->log_cap = cap;
-    }
-  }
-  if (tb->log_len < tb->log_cap) {
-    struct tb_call *logged = &tb->log[tb->log_len++];
-
-    *logged = *call;
-    logged->thread = pthread_self ();
-    logged->busy = 0;
-    for (int op = 0; op < TB_OPS; op++)
-      logged->busy += tb->kind[op].entered - tb->kind[op].completed;
-  }
+  lock_acquire (&tb->lock);
+  log_call (tb, call);
   k->entered++;
   pthread_cond_broadcast (&tb->changed);
   while (k->gate_shut && k->tokens == 0)
-    pthread_cond_wait (&tb->changed, &tb->lock);
+    lock_wait (&tb->changed, &tb->lock);
   if (k->gate_shut)
     k->tokens--;
   if (k->fail_next > 0) {
     k->fail_next--;
     err = k->fail_errno;
   }
-  pthread_mutex_unlock (&tb->lock);
+  lock_release (&tb->lock);
   return err;
 }
 
@@ -123,32 +357,107 @@ call_end (struct test_backend *tb, enum tb_op op, int r)
 {
   int saved_errno = errno;
 
-  pthread_mutex_lock (&tb->lock);
+  lock_acquire (&tb->lock);
   tb->kind[op].completed++;
   pthread_cond_broadcast (&tb->changed);
-  pthread_mutex_unlock (&tb->lock);
+  lock_release (&tb->lock);
   errno = saved_errno;
   return r;
 }
 
-/* A call the test chose to fail never reaches the memory backend. */
+/* Junk that is neither zero nor any write's pattern in general. */
 static int
-fail_with (int err)
+scribble (struct backend *inner, uint64_t count, uint64_t offset)
 {
-  errno = err;
-  return -1;
+  uint8_t junk[4096];
+
+  while (count > 0) {
+    size_t n = MIN (count, (uint64_t) sizeof junk);
+    struct iovec iov = { .iov_base = junk, .iov_len = n };
+
+    for (size_t i = 0; i < n; i++)
+      junk[i] = 0xa5 ^ ((offset + i) & 0x0f);
+    if (backend_pwritev (inner, &iov, 1, offset, false) == -1)
+      return -1;
+    count -= n;
+    offset += n;
+  }
+  return 0;
 }
+
+static int
+do_trim (struct test_backend *tb, uint64_t count, uint64_t offset)
+{
+  switch (tb->trim) {
+  case TB_TRIM_PASS:
+    return backend_trim (tb->inner, count, offset, false);
+  case TB_TRIM_NOOP:
+    return 0;
+  case TB_TRIM_SCRIBBLE:
+    return scribble (tb->inner, count, offset);
+  }
+  abort ();
+}
+
+static int
+pass_on (struct test_backend *tb, const struct tb_call *c,
+         const struct tb_args *a)
+{
+  struct backend *in = tb->inner;
+
+  switch (c->op) {
+  case TB_PREAD:
+    return in->ops->pread (in, a->buf, c->count, c->offset);
+  case TB_PWRITEV:
+    return backend_pwritev (in, a->iov, c->iovcnt, c->offset, false);
+  case TB_ZERO:
+    return backend_zero (in, c->count, c->offset, c->may_trim, false);
+  case TB_TRIM:
+    return do_trim (tb, c->count, c->offset);
+  case TB_FLUSH:
+    return in->ops->flush (in);
+  case TB_EXTENTS:
+    return in->ops->extents (in, c->count, c->offset, a->list);
+  case TB_CACHE:
+    return in->ops->cache ? in->ops->cache (in, c->count, c->offset) : 0;
+  case TB_OPS:
+    break;
+  }
+  abort ();
+}
+
+/* Every call, synchronous or submitted: logged and counted, held at its
+ * gate, then failed as the test asked (never reaching the memory
+ * backend) or passed on.
+ */
+static int
+run_call (struct test_backend *tb, const struct tb_call *c,
+          const struct tb_args *a)
+{
+  int err = call_begin (tb, c);
+  bool changes = c->op == TB_PWRITEV || c->op == TB_ZERO || c->op == TB_TRIM;
+  int r;
+
+  if (err) {
+    errno = err;
+    return call_end (tb, c->op, -1);
+  }
+  if (c->op == TB_FLUSH)
+    flush_begins (tb);
+  r = pass_on (tb, c, a);
+  if (changes)
+    mark_dirty (tb, c->count, c->offset);
+  return call_end (tb, c->op, r);
+}
+
+/* ------------------------------------------------------------ ops */
 
 static int
 tb_pread (struct backend *b, void *buf, size_t count, uint64_t offset)
 {
-  struct test_backend *tb = to_tb (b);
-  struct backend *in = tb->inner;
   struct tb_call c = { .op = TB_PREAD, .offset = offset, .count = count };
-  int err = call_begin (tb, &c);
 
-  return call_end (tb, c.op, err ? fail_with (err)
-                   : in->ops->pread (in, buf, count, offset));
+  return run_call (to_tb (b), &c, &(struct tb_args) { .buf = buf });
 }
 
 static int
@@ -156,78 +465,81 @@ tb_pwritev (struct backend *b, const struct iovec *iov, int iovcnt,
             uint64_t offset)
 {
   struct test_backend *tb = to_tb (b);
-  struct backend *in = tb->inner;
-  struct tb_call c = { .op = TB_PWRITEV, .offset = offset, .iovcnt = iovcnt };
-  int err;
+  struct tb_call c = { .op = TB_PWRITEV, .offset = offset, .iovcnt = iovcnt,
+                       .count = iov_total (iov, iovcnt) };
+  int slot = writer_enter (tb, &c);
+  int r;
 
-  for (int i = 0; i < iovcnt; i++)
-    c.count += iov[i].iov_len;
-  err = call_begin (tb, &c);
-  return call_end (tb, c.op, err ? fail_with (err)
-                   : backend_pwritev (in, iov, iovcnt, offset, false));
+  check_write (tb, iov, iovcnt, offset);
+  r = run_call (tb, &c, &(struct tb_args) { .iov = iov });
+  writer_leave (tb, slot);
+  return r;
+}
+
+/* Zero and trim. */
+static int
+changing_call (struct test_backend *tb, const struct tb_call *c)
+{
+  int slot = writer_enter (tb, c);
+  int r;
+
+  check_range (tb, op_names[c->op], c->count, c->offset);
+  r = run_call (tb, c, &(struct tb_args) { .buf = NULL });
+  writer_leave (tb, slot);
+  return r;
 }
 
 static int
 tb_zero (struct backend *b, uint64_t count, uint64_t offset, bool may_trim)
 {
-  struct test_backend *tb = to_tb (b);
-  struct backend *in = tb->inner;
   struct tb_call c = { .op = TB_ZERO, .offset = offset, .count = count,
                        .may_trim = may_trim };
-  int err = call_begin (tb, &c);
 
-  return call_end (tb, c.op, err ? fail_with (err)
-                   : backend_zero (in, count, offset, may_trim, false));
+  return changing_call (to_tb (b), &c);
 }
 
 static int
 tb_trim (struct backend *b, uint64_t count, uint64_t offset)
 {
-  struct test_backend *tb = to_tb (b);
-  struct backend *in = tb->inner;
   struct tb_call c = { .op = TB_TRIM, .offset = offset, .count = count };
-  int err = call_begin (tb, &c);
 
-  return call_end (tb, c.op, err ? fail_with (err)
-                   : backend_trim (in, count, offset, false));
+  return changing_call (to_tb (b), &c);
 }
 
 static int
 tb_flush (struct backend *b)
 {
   struct test_backend *tb = to_tb (b);
-  struct backend *in = tb->inner;
   struct tb_call c = { .op = TB_FLUSH };
-  int err = call_begin (tb, &c);
+  int slot = writer_enter (tb, &c);
+  int r;
 
-  return call_end (tb, c.op, err ? fail_with (err) : in->ops->flush (in));
+  /* Flush epochs are answered in order: one backend flush at a time. */
+  if (atomic_fetch_add (&tb->flushes, 1) != 0)
+    tb_fault (tb, "backend flush while another backend flush is running");
+  if (atomic_load (&tb->stopped))
+    tb_fault (tb, "backend flush after queue_stop returned");
+  r = run_call (tb, &c, &(struct tb_args) { .buf = NULL });
+  atomic_fetch_sub (&tb->flushes, 1);
+  writer_leave (tb, slot);
+  return r;
 }
 
 static int
 tb_extents (struct backend *b, uint64_t count, uint64_t offset,
             struct extent_list *list)
 {
-  struct test_backend *tb = to_tb (b);
-  struct backend *in = tb->inner;
   struct tb_call c = { .op = TB_EXTENTS, .offset = offset, .count = count };
-  int err = call_begin (tb, &c);
 
-  return call_end (tb, c.op, err ? fail_with (err)
-                   : in->ops->extents (in, count, offset, list));
+  return run_call (to_tb (b), &c, &(struct tb_args) { .list = list });
 }
 
 static int
 tb_cache (struct backend *b, uint64_t count, uint64_t offset)
 {
-  struct test_backend *tb = to_tb (b);
-  struct backend *in = tb->inner;
   struct tb_call c = { .op = TB_CACHE, .offset = offset, .count = count };
-  int err = call_begin (tb, &c);
 
-  if (err)
-    return call_end (tb, c.op, fail_with (err));
-  return call_end (tb, c.op,
-                   in->ops->cache ? in->ops->cache (in, count, offset) : 0);
+  return run_call (to_tb (b), &c, &(struct tb_args) { .buf = NULL });
 }
 
 static void async_stop (struct test_backend *);
@@ -239,44 +551,45 @@ tb_close (struct backend *b)
 
   async_stop (tb);
   backend_close (tb->inner);
-  pthread_mutex_destroy (&tb->lock);
+  lock_destroy (&tb->lock);
   pthread_cond_destroy (&tb->changed);
   pthread_cond_destroy (&tb->work);
-  free (tb->ring);
+  free (tb->slots);
   free (tb->workers);
+  free (tb->running);
+  free (tb->dirty);
   free (tb->log);
   free (tb->b.description);
   free (tb);
 }
 
-/* One operation, through the same counting, gate and failure path
- * whether it was submitted or called.  No FUA: can_fua is false, so the
- * queue and backend_io_wait flush instead.
+/* The synchronous entry.  No FUA: can_fua is false, so the queue and
+ * backend_io_wait flush instead.
  */
 static int
-tb_run (struct test_backend *tb, const struct backend_io *io)
+tb_io (struct backend *b, struct backend_io *io)
 {
+  int r;
+
   if (io->fua) {
     errno = EINVAL;
     return -1;
   }
   switch (io->kind) {
   case OP_WRITE:
-    return tb_pwritev (&tb->b, io->iov, io->iovcnt, io->offset);
+    r = tb_pwritev (b, io->iov, io->iovcnt, io->offset);
+    break;
   case OP_ZERO:
-    return tb_zero (&tb->b, io->count, io->offset, io->may_trim);
+    r = tb_zero (b, io->count, io->offset, io->may_trim);
+    break;
   case OP_TRIM:
-    return tb_trim (&tb->b, io->count, io->offset);
+    r = tb_trim (b, io->count, io->offset);
+    break;
   default:
     errno = EINVAL;
     return -1;
   }
-}
-
-static int
-tb_io (struct backend *b, struct backend_io *io)
-{
-  return tb_run (to_tb (b), io) == -1 ? -1 : BACKEND_IO_DONE;
+  return r == -1 ? -1 : BACKEND_IO_DONE;
 }
 
 static const struct backend_ops test_ops = {
@@ -291,31 +604,117 @@ static const struct backend_ops test_ops = {
 
 /* ------------------------------------------------------------ async */
 
-/* A worker takes the oldest submitted operation; several workers run
- * operations at the same time, so they may finish in any order.
+static uint64_t
+io_count (const struct backend_io *io)
+{
+  return io->kind == OP_WRITE ? iov_total (io->iov, io->iovcnt)
+    : io->count;
+}
+
+/* One submitted operation, through the same counting, gate and failure
+ * path as a synchronous call: 0, or the errno it failed with.
+ */
+static int
+run_io (struct test_backend *tb, const struct backend_io *io)
+{
+  struct tb_call c = { .offset = io->offset, .count = io_count (io) };
+
+  switch (io->kind) {
+  case OP_WRITE:
+    c.op = TB_PWRITEV;
+    c.iovcnt = io->iovcnt;
+    break;
+  case OP_ZERO:
+    c.op = TB_ZERO;
+    c.may_trim = io->may_trim;
+    break;
+  case OP_TRIM:
+    c.op = TB_TRIM;
+    break;
+  default:
+    return EINVAL;
+  }
+  errno = 0;
+  if (run_call (tb, &c, &(struct tb_args) { .iov = io->iov }) == -1)
+    return errno ? errno : EIO;
+  return 0;
+}
+
+/* Under tb->lock: the oldest pending operation, or with jitter one at
+ * random, so operations complete in any order.
+ */
+static unsigned
+pick_pending (struct test_backend *tb)
+{
+  unsigned best = 0, n;
+
+  lock_assert_held (&tb->lock);
+  if (tb->jitter) {
+    n = next_random (tb) % tb->nr_pending;
+    for (unsigned i = 0;; i++)
+      if (tb->slots[i].io && !tb->slots[i].picked && n-- == 0)
+        return i;
+  }
+  for (unsigned i = 0; i < tb->b.max_in_flight; i++) {
+    const struct tb_slot *s = &tb->slots[i];
+
+    if (s->io && !s->picked
+        && (tb->slots[best].io == NULL || tb->slots[best].picked
+            || s->seq < tb->slots[best].seq))
+      best = i;
+  }
+  return best;
+}
+
+/* Under tb->lock: how long a picked operation waits before it runs. */
+static uint64_t
+jitter_us (struct test_backend *tb)
+{
+  lock_assert_held (&tb->lock);
+  if (!tb->jitter || next_random (tb) % 8 != 0)
+    return 0;
+  return next_random (tb) % 300;
+}
+
+/* A worker runs one pending operation at a time.  Drops tb->lock while
+ * it runs each one and while the queue hears that it is done.
  */
 static void *
 async_worker (void *arg)
 {
   struct test_backend *tb = arg;
-  struct backend_io *io;
-  int err;
 
-  pthread_mutex_lock (&tb->lock);
+  lock_acquire (&tb->lock);
   for (;;) {
-    while (tb->ring_len == 0 && !tb->stopping)
-      pthread_cond_wait (&tb->work, &tb->lock);
-    if (tb->ring_len == 0)
+    struct backend_io *io;
+    unsigned slot;
+    uint64_t delay;
+    int err;
+
+    while (tb->nr_pending == 0 && !tb->stopping)
+      lock_wait (&tb->work, &tb->lock);
+    if (tb->nr_pending == 0)
       break;
-    io = tb->ring[tb->ring_head];
-    tb->ring_head = (tb->ring_head + 1) % tb->b.max_in_flight;
-    tb->ring_len--;
-    pthread_mutex_unlock (&tb->lock);
-    err = tb_run (tb, io) == -1 ? errno : 0;
+    slot = pick_pending (tb);
+    tb->slots[slot].picked = true;
+    tb->nr_pending--;
+    io = tb->slots[slot].io;
+    delay = jitter_us (tb);
+    lock_release (&tb->lock);
+
+    if (delay)
+      test_sleep_us (delay);
+    err = run_io (tb, io);
+
+    /* Free the slot before done: the queue may submit again at once. */
+    lock_acquire (&tb->lock);
+    tb->slots[slot] = (struct tb_slot) { .io = NULL };
+    tb->nr_ops--;
+    lock_release (&tb->lock);
     io->done (io, err);         /* takes the queue lock: not ours */
-    pthread_mutex_lock (&tb->lock);
+    lock_acquire (&tb->lock);
   }
-  pthread_mutex_unlock (&tb->lock);
+  lock_release (&tb->lock);
   return NULL;
 }
 
@@ -324,46 +723,95 @@ tb_start (struct backend *b)
 {
   struct test_backend *tb = to_tb (b);
 
-  for (; tb->nr_workers < tb->b.max_in_flight; tb->nr_workers++)
+  if (tb->started) {
+    tb_fault (tb, "backend start called twice");
+    return 0;
+  }
+  for (; tb->nr_workers < tb->want_workers; tb->nr_workers++)
     if (pthread_create (&tb->workers[tb->nr_workers], NULL, async_worker,
                         tb) != 0) {
       errno = EAGAIN;
       return -1;
     }
+  tb->started = true;
   return 0;
+}
+
+/* Under tb->lock: whether io may join the operations in flight. */
+static bool
+may_submit (struct test_backend *tb, uint64_t offset, uint64_t count)
+{
+  lock_assert_held (&tb->lock);
+  if (!tb->started) {
+    tb_fault (tb, "backend submit before start");
+    return false;
+  }
+  /* The queue promises never to exceed max_in_flight. */
+  if (tb->nr_ops >= tb->b.max_in_flight) {
+    tb_fault (tb, "more than max_in_flight %u operations submitted",
+              tb->b.max_in_flight);
+    return false;
+  }
+  check_no_overlap (tb, tb->slots, tb->b.max_in_flight, offset, count);
+  return true;
 }
 
 static int
 tb_submit (struct backend *b, struct backend_io *io)
 {
   struct test_backend *tb = to_tb (b);
-  int r = BACKEND_IO_STARTED;
+  uint64_t count = io_count (io);
+  unsigned slot;
 
-  pthread_mutex_lock (&tb->lock);
-  /* The queue promises never to exceed max_in_flight. */
-  if (tb->ring_len == tb->b.max_in_flight || tb->nr_workers == 0) {
+  if (io->fua) {
+    errno = EINVAL;
+    return -1;
+  }
+  if (io->kind == OP_WRITE)
+    check_write (tb, io->iov, io->iovcnt, io->offset);
+  else
+    check_range (tb, io->kind == OP_ZERO ? "zero" : "trim", count,
+                 io->offset);
+  lock_acquire (&tb->lock);
+  if (!may_submit (tb, io->offset, count)) {
+    lock_release (&tb->lock);
     errno = EBUSY;
-    r = -1;
+    return -1;
   }
-  else {
-    tb->ring[(tb->ring_head + tb->ring_len++) % tb->b.max_in_flight] = io;
-    pthread_cond_signal (&tb->work);
-  }
-  pthread_mutex_unlock (&tb->lock);
-  return r;
+  for (slot = 0; tb->slots[slot].io; slot++)
+    ;
+  tb->slots[slot] = (struct tb_slot) {
+    .io = io, .offset = io->offset, .count = count, .seq = tb->next_seq++
+  };
+  tb->nr_ops++;
+  tb->nr_pending++;
+  pthread_cond_signal (&tb->work);
+  lock_release (&tb->lock);
+  return BACKEND_IO_STARTED;
 }
 
 static void
 async_stop (struct test_backend *tb)
 {
-  pthread_mutex_lock (&tb->lock);
+  lock_acquire (&tb->lock);
   tb->stopping = true;
   pthread_cond_broadcast (&tb->work);
   pthread_cond_broadcast (&tb->changed);
-  pthread_mutex_unlock (&tb->lock);
+  lock_release (&tb->lock);
   for (unsigned i = 0; i < tb->nr_workers; i++)
     pthread_join (tb->workers[i], NULL);
   tb->nr_workers = 0;
+}
+
+unsigned
+test_backend_in_flight (struct test_backend *tb)
+{
+  unsigned n;
+
+  lock_acquire (&tb->lock);
+  n = tb->nr_ops;
+  lock_release (&tb->lock);
+  return n;
 }
 
 static const struct backend_ops test_async_ops = {
@@ -378,15 +826,23 @@ static const struct backend_ops test_async_ops = {
 };
 
 int
-test_backend_set_async (struct test_backend *tb, unsigned n)
+test_backend_set_async_workers (struct test_backend *tb, unsigned n,
+                                unsigned workers)
 {
-  tb->ring = calloc (n, sizeof *tb->ring);
-  tb->workers = calloc (n, sizeof *tb->workers);
-  if (tb->ring == NULL || tb->workers == NULL)
+  tb->slots = calloc (n, sizeof *tb->slots);
+  tb->workers = calloc (workers, sizeof *tb->workers);
+  if (tb->slots == NULL || tb->workers == NULL)
     return -1;
   tb->b.ops = &test_async_ops;
   tb->b.max_in_flight = n;
+  tb->want_workers = workers;
   return 0;
+}
+
+int
+test_backend_set_async (struct test_backend *tb, unsigned n)
+{
+  return test_backend_set_async_workers (tb, n, n);
 }
 
 /* ------------------------------------------------------------ setup */
@@ -416,7 +872,7 @@ test_backend_new (uint64_t size)
     free (tb);
     return NULL;
   }
-  pthread_mutex_init (&tb->lock, NULL);
+  lock_init (&tb->lock);
   cond_init_monotonic (&tb->changed);
   pthread_cond_init (&tb->work, NULL);
   return tb;
@@ -428,6 +884,21 @@ test_backend_get (struct test_backend *tb)
   return &tb->b;
 }
 
+void
+test_backend_jitter (struct test_backend *tb, uint64_t seed)
+{
+  tb->jitter = true;
+  tb->rng = seed | 1;           /* xorshift needs a bit set */
+}
+
+void
+test_backend_set_trim (struct test_backend *tb, enum tb_trim trim)
+{
+  tb->trim = trim;
+  if (trim != TB_TRIM_PASS)
+    tb->b.trim_reads_zero = false;
+}
+
 /* ------------------------------------------------------------ watching */
 
 static uint64_t
@@ -435,9 +906,9 @@ read_counter (struct test_backend *tb, const uint64_t *counter)
 {
   uint64_t v;
 
-  pthread_mutex_lock (&tb->lock);
+  lock_acquire (&tb->lock);
   v = *counter;
-  pthread_mutex_unlock (&tb->lock);
+  lock_release (&tb->lock);
   return v;
 }
 
@@ -456,15 +927,14 @@ test_backend_count (struct test_backend *tb, enum tb_op op)
 static bool
 wait_counter (struct test_backend *tb, const uint64_t *counter, uint64_t n)
 {
-  struct timespec until = deadline_after_ms (TB_TIMEOUT_MS);
+  uint64_t until = monotonic_ns () + (uint64_t) TB_TIMEOUT_MS * 1000000;
   bool ok;
 
-  pthread_mutex_lock (&tb->lock);
-  while (*counter < n
-         && pthread_cond_timedwait (&tb->changed, &tb->lock, &until) == 0)
+  lock_acquire (&tb->lock);
+  while (*counter < n && lock_wait_until (&tb->changed, &tb->lock, until) == 0)
     ;
   ok = *counter >= n;
-  pthread_mutex_unlock (&tb->lock);
+  lock_release (&tb->lock);
   return ok;
 }
 
@@ -487,7 +957,7 @@ test_backend_calls (struct test_backend *tb, enum tb_op op,
 {
   size_t n = 0;
 
-  pthread_mutex_lock (&tb->lock);
+  lock_acquire (&tb->lock);
   for (size_t i = 0; i < tb->log_len; i++) {
     if (op != TB_OPS && tb->log[i].op != op)
       continue;
@@ -495,7 +965,7 @@ test_backend_calls (struct test_backend *tb, enum tb_op op,
       out[n] = tb->log[i];
     n++;
   }
-  pthread_mutex_unlock (&tb->lock);
+  lock_release (&tb->lock);
   return n;
 }
 
@@ -504,10 +974,10 @@ test_backend_saw (struct test_backend *tb, enum tb_op op, uint64_t offset)
 {
   bool saw = false;
 
-  pthread_mutex_lock (&tb->lock);
+  lock_acquire (&tb->lock);
   for (size_t i = 0; !saw && i < tb->log_len; i++)
     saw = tb->log[i].op == op && tb->log[i].offset == offset;
-  pthread_mutex_unlock (&tb->lock);
+  lock_release (&tb->lock);
   return saw;
 }
 
@@ -516,92 +986,61 @@ test_backend_saw (struct test_backend *tb, enum tb_op op, uint64_t offset)
 void
 test_backend_block (struct test_backend *tb, enum tb_op op)
 {
-  pthread_mutex_lock (&tb->lock);
+  lock_acquire (&tb->lock);
   tb->kind[op].gate_shut = true;
   tb->kind[op].tokens = 0;
-  pthread_mutex_unlock (&tb->lock);
+  lock_release (&tb->lock);
 }
 
 void
 test_backend_step (struct test_backend *tb, enum tb_op op, unsigned n)
 {
-  pthread_mutex_lock (&tb->lock);
+  lock_acquire (&tb->lock);
   tb->kind[op].tokens += n;
   pthread_cond_broadcast (&tb->changed);
-  pthread_mutex_unlock (&tb->lock);
+  lock_release (&tb->lock);
 }
 
 void
 test_backend_release (struct test_backend *tb, enum tb_op op)
 {
-  pthread_mutex_lock (&tb->lock);
+  lock_acquire (&tb->lock);
   tb->kind[op].gate_shut = false;
   tb->kind[op].tokens = 0;
   pthread_cond_broadcast (&tb->changed);
-  pthread_mutex_unlock (&tb->lock);
+  lock_release (&tb->lock);
 }
 
 void
 test_backend_release_all (struct test_backend *tb)
 {
-  pthread_mutex_lock (&tb->lock);
+  lock_acquire (&tb->lock);
   for (int op = 0; op < TB_OPS; op++) {
     tb->kind[op].gate_shut = false;
     tb->kind[op].tokens = 0;
     tb->kind[op].fail_next = 0;
   }
   pthread_cond_broadcast (&tb->changed);
-  pthread_mutex_unlock (&tb->lock);
+  lock_release (&tb->lock);
 }
 
 void
 test_backend_fail (struct test_backend *tb, enum tb_op op, unsigned n,
                    int errnum)
 {
-  pthread_mutex_lock (&tb->lock);
+  lock_acquire (&tb->lock);
   tb->kind[op].fail_next = n;
   tb->kind[op].fail_errno = errnum;
-  pthread_mutex_unlock (&tb->lock);
+  lock_release (&tb->lock);
 }
+
+/* ------------------------------------------------------------ contents */
 
 int
 test_backend_read (struct test_backend *tb, void *buf, size_t count,
                    uint64_t offset)
 {
   return tb->inner->ops->pread (tb->inner, buf, count, offset);
-}
-
-bool
-test_buffer_is (const void *buf, int c, size_t count, uint64_t offset,
-                const char *what)
-{
-  const unsigned char *p = buf;
-
-  if (bytes_all (buf, c, count))
-    return true;
-  for (size_t i = 0; i < count; i++)
-    if (p[i] != (unsigned char) c) {
-      printf ("# %s: byte %#" PRIx64 " is %#x, expected %#x\n",
-              what, offset + i, p[i], (unsigned char) c);
-      return false;
-    }
-  return true;
-}
-
-bool
-test_bytes_equal (const void *got, const void *want, size_t n,
-                  const char *what)
-{
-  const unsigned char *g = got, *w = want;
-
-  if (memcmp (got, want, n) == 0)
-    return true;
-  for (size_t i = 0; i < n; i++)
-    if (g[i] != w[i]) {
-      printf ("# %s: byte %#zx is %#x, expected %#x\n", what, i, g[i], w[i]);
-      return false;
-    }
-  return true;
 }
 
 bool
@@ -615,251 +1054,6 @@ test_backend_holds (struct test_backend *tb, int c, size_t count,
     return false;
   ok = test_backend_read (tb, buf, count, offset) == 0
     && test_buffer_is (buf, c, count, offset, "backend");
-  free (buf);
-  return ok;
-}
-
-uint32_t
-test_extent_type_at (const struct extent_list *l, uint64_t pos)
-{
-  for (size_t i = 0; i < l->len; i++)
-    if (pos >= l->v[i].offset && pos - l->v[i].offset < l->v[i].length)
-      return l->v[i].type;
-  return UINT32_MAX;
-}
-
-bool
-test_extents_contiguous (const struct extent_list *l, uint64_t offset,
-                         uint64_t count)
-{
-  uint64_t pos = offset;
-
-  if (l->len == 0) {
-    printf ("# no extents\n");
-    return false;
-  }
-  for (size_t i = 0; i < l->len; i++) {
-    if (l->v[i].offset != pos || l->v[i].length == 0) {
-      printf ("# extent %zu at %" PRIu64 "+%" PRIu64 ", expected at %"
-              PRIu64 "\n", i, l->v[i].offset, l->v[i].length, pos);
-      return false;
-    }
-    pos += l->v[i].length;
-  }
-  if (pos > offset + count) {
-    printf ("# extents run to %" PRIu64 ", past %" PRIu64 "\n",
-            pos, offset + count);
-    return false;
-  }
-  return true;
-}
-
-void
-test_print_extents (const struct extent_list *l)
-{
-  for (size_t i = 0; i < l->len; i++)
-    printf ("# extent %" PRIu64 "+%" PRIu64 " type %" PRIu32 "\n",
-            l->v[i].offset, l->v[i].length, l->v[i].type);
-}
-
-/* ------------------------------------------------------------ threads */
-
-static void *
-test_thread_main (void *arg)
-{
-  struct test_thread *t = arg;
-  int r = t->fn (t->arg);
-  int err = errno;
-
-  pthread_mutex_lock (&t->lock);
-  t->result = r;
-  t->err = err;
-  t->done = true;
-  pthread_cond_broadcast (&t->cond);
-  pthread_mutex_unlock (&t->lock);
-  return NULL;
-}
-
-int
-test_thread_start (struct test_thread *t, int (*fn) (void *), void *arg)
-{
-  int r;
-
-  t->fn = fn;
-  t->arg = arg;
-  t->done = false;
-  t->joined = false;
-  t->result = 0;
-  t->err = 0;
-  pthread_mutex_init (&t->lock, NULL);
-  cond_init_monotonic (&t->cond);
-  r = pthread_create (&t->thread, NULL, test_thread_main, t);
-  if (r != 0) {
-    pthread_mutex_destroy (&t->lock);
-    pthread_cond_destroy (&t->cond);
-    t->joined = true;
-    errno = r;
-    return -1;
-  }
-  return 0;
-}
-
-bool
-test_thread_done (struct test_thread *t)
-{
-  bool done;
-
-  if (t->joined)                /* the lock is gone with the thread */
-    return t->done;
-  pthread_mutex_lock (&t->lock);
-  done = t->done;
-  pthread_mutex_unlock (&t->lock);
-  return done;
-}
-
-bool
-test_thread_wait (struct test_thread *t)
-{
-  struct timespec until = deadline_after_ms (TB_TIMEOUT_MS);
-  bool done;
-
-  if (t->joined)
-    return t->done;
-  pthread_mutex_lock (&t->lock);
-  while (!t->done
-         && pthread_cond_timedwait (&t->cond, &t->lock, &until) == 0)
-    ;
-  done = t->done;
-  pthread_mutex_unlock (&t->lock);
-  if (done)
-    test_thread_join (t);
-  return done;
-}
-
-void
-test_thread_join (struct test_thread *t)
-{
-  if (t->joined)
-    return;
-  pthread_join (t->thread, NULL);
-  pthread_mutex_destroy (&t->lock);
-  pthread_cond_destroy (&t->cond);
-  t->joined = true;
-}
-
-/* ------------------------------------------------------------ rig */
-
-struct queue_config
-test_config (uint64_t delay_ns, uint32_t thresh)
-{
-  struct queue_config c;
-
-  queue_config_defaults (&c);
-  c.unplug_delay_ns = delay_ns;
-  c.unplug_thresh = thresh;
-  return c;
-}
-
-struct test_backend *
-test_rig_backend (struct test_rig *r, uint64_t size)
-{
-  struct test_backend *tb;
-
-  if (r->n == TEST_MAX_DISKS || (tb = test_backend_new (size)) == NULL)
-    return NULL;
-  r->d[r->n++].tb = tb;
-  return tb;
-}
-
-/* Timer watchers join the loop before it runs: queues first. */
-bool
-test_rig_start (struct test_rig *r, const struct queue_config *cfg)
-{
-  char name[16];
-
-  r->ts = timer_service_new ();
-  if (r->ts == NULL)
-    return false;
-  for (unsigned i = 0; i < r->n; i++) {
-    snprintf (name, sizeof name, "disk%u", i);
-    r->d[i].q = queue_new (name, test_backend_get (r->d[i].tb), cfg);
-    if (r->d[i].q == NULL || queue_start (r->d[i].q, r->ts) == -1)
-      return false;
-  }
-  return timer_service_start (r->ts) == 0;
-}
-
-bool
-test_rig_one (struct test_rig *r, const struct queue_config *cfg,
-              uint64_t size, unsigned async, unsigned writers)
-{
-  struct test_backend *tb;
-
-  memset (r, 0, sizeof *r);
-  tb = test_rig_backend (r, size);
-  if (tb && writers)
-    test_backend_get (tb)->max_writers = writers;
-  return tb && (async == 0 || test_backend_set_async (tb, async) == 0)
-    && test_rig_start (r, cfg);
-}
-
-/* Gates open first so the drain can finish; the timer loop goes before
- * the queues are freed, since a cancelled timer may still be pending in
- * it and point into its queue.
- */
-void
-test_rig_stop (struct test_rig *r)
-{
-  for (unsigned i = 0; i < r->n; i++)
-    test_backend_release_all (r->d[i].tb);
-  for (unsigned i = 0; i < r->n; i++)
-    if (r->d[i].q)
-      queue_stop (r->d[i].q);
-  timer_service_free (r->ts);
-  for (unsigned i = 0; i < r->n; i++) {
-    if (r->d[i].q)
-      queue_free (r->d[i].q);           /* closes the test backend */
-    else
-      backend_close (test_backend_get (r->d[i].tb));
-  }
-  memset (r, 0, sizeof *r);
-}
-
-struct queue_stats
-test_stats (struct queue *q)
-{
-  struct queue_stats s;
-
-  queue_stats_snapshot (q, &s);
-  return s;
-}
-
-int
-test_write_fill (struct queue *q, struct session *s, int c, uint64_t count,
-                 uint64_t offset, unsigned flags)
-{
-  unsigned char *buf = malloc (count ? count : 1);
-  int r;
-
-  if (buf == NULL)
-    return -1;
-  memset (buf, c, count);
-  r = queue_pwrite (q, s, buf, count, offset, flags);
-  free (buf);
-  return r;
-}
-
-bool
-test_queue_reads_as (struct queue *q, int c, uint64_t count,
-                     uint64_t offset)
-{
-  unsigned char *buf = malloc (count ? count : 1);
-  bool ok;
-
-  if (buf == NULL)
-    return false;
-  ok = queue_pread (q, buf, count, offset) == 0
-    && test_buffer_is (buf, c, count, offset, "queue read");
   free (buf);
   return ok;
 }

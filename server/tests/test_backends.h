@@ -1,8 +1,7 @@
-/* plugq tests: a backend wrapper that lets a unit test watch and steer
- * what a queue does to its backend.
+/* plugq tests: the wrapper backend every engine test writes through.
  *
  * It wraps a real memory backend and forwards every call, so data
- * behaves exactly as in production, while the test can:
+ * behaves exactly as in production, while a test can:
  *
  *  - count calls of each kind and read a log of every call (offset,
  *    bytes, iovcnt), to see merges, ordering and how many flushes a
@@ -12,12 +11,16 @@
  *  - fail the next N calls of one kind with a chosen errno, to drive
  *    write-back error latching;
  *  - behave as an asynchronous backend (submit, several operations in
- *    flight), so the same cases cover that dispatch path.
+ *    flight), so the same cases cover that dispatch path, with the
+ *    operations finished oldest first or, with jitter, late and in any
+ *    order;
+ *  - stand in for other backends: any limits written into its struct
+ *    backend, and trims that do nothing or leave junk;
+ *  - check the backend contract (backend.h) on every call as it is made
+ *    and record which bytes changed since the last backend flush began,
+ *    so the model harness can tell written data from durable data.
  *
  * Test code only: the engine has no hooks, this is just a backend.
- * Below it are the small fixtures the queue and linear tests share:
- * bounded waits, threads that cannot hang a run, and a rig of disks
- * with their queues and a timer service.
  */
 #ifndef PLUGQ_TESTS_TEST_BACKENDS_H
 #define PLUGQ_TESTS_TEST_BACKENDS_H
@@ -28,7 +31,6 @@
 #include <stdint.h>
 
 #include "backend.h"
-#include "queue.h"
 
 enum tb_op {
   TB_PREAD,
@@ -78,6 +80,65 @@ struct backend *test_backend_get (struct test_backend *);
  * before queue_new.
  */
 int test_backend_set_async (struct test_backend *, unsigned n);
+/* The same with fewer workers than operations in flight, so submitted
+ * operations also wait their turn.
+ */
+int test_backend_set_async_workers (struct test_backend *, unsigned n,
+                                    unsigned workers);
+
+/* From now on calls take their time now and then, by a PRNG seeded with
+ * seed: an asynchronous operation is picked at random among the pending
+ * ones and may first sleep up to 300 us, so they finish late and out of
+ * order; with max_writers > 1 a flush may sleep 200 us, so other writers
+ * try to start meanwhile.
+ */
+void test_backend_jitter (struct test_backend *, uint64_t seed);
+
+/* What a trim does to the memory backend under the wrapper. */
+enum tb_trim {
+  TB_TRIM_PASS,                 /* the memory backend's own trim */
+  TB_TRIM_NOOP,                 /* trim is advisory: do nothing */
+  TB_TRIM_SCRIBBLE,             /* overwrite with junk: "unspecified" */
+};
+
+/* Other than TB_TRIM_PASS, a trimmed range no longer reads as zeroes. */
+void test_backend_set_trim (struct test_backend *, enum tb_trim);
+
+/* ------------------------------------------------------------ contract */
+
+struct tb_contract {
+  uint64_t merge_limit;         /* largest vectored write allowed */
+  bool no_merging;              /* unplug-thresh=1: one request a write */
+  /* Each breach, as it happens, from whichever thread made the call. */
+  void (*fault) (void *arg, const char *msg);
+  void *arg;
+};
+
+/* From now on every call is checked against the backend contract: its
+ * range, alignment and the limits in the struct backend, merges,
+ * max_writers and max_in_flight, no two operations over the same bytes
+ * at once, one flush at a time, start before submit, nothing after
+ * test_backend_stopped; and the bytes changed since the last backend
+ * flush began are recorded.  Call after setting the limits, before
+ * queue_new.  0, or -1 without memory.
+ */
+int test_backend_check_contract (struct test_backend *,
+                                 const struct tb_contract *);
+
+/* Copies the record of bytes changed since the last backend flush began
+ * (1: changed) for [offset, offset+count).  Only once the contract is
+ * checked: the record starts there.
+ */
+void test_backend_dirty (struct test_backend *, uint8_t *out,
+                         uint64_t count, uint64_t offset);
+
+/* queue_stop returned: any later change or flush is a breach. */
+void test_backend_stopped (struct test_backend *);
+
+/* Submitted operations not yet done. */
+unsigned test_backend_in_flight (struct test_backend *);
+
+/* ------------------------------------------------------------ watching */
 
 /* Calls that arrived / finished (failed ones included). */
 uint64_t test_backend_entered (struct test_backend *, enum tb_op);
@@ -97,6 +158,8 @@ size_t test_backend_calls (struct test_backend *, enum tb_op,
 /* Whether a call of kind op at offset has arrived. */
 bool test_backend_saw (struct test_backend *, enum tb_op, uint64_t offset);
 
+/* ------------------------------------------------------------ steering */
+
 /* The gate.  block: calls of kind op wait on arrival.  step: let n of
  * them through and keep the gate shut.  release: open it for good.
  */
@@ -112,6 +175,8 @@ void test_backend_release_all (struct test_backend *);
 void test_backend_fail (struct test_backend *, enum tb_op, unsigned n,
                         int errnum);
 
+/* ------------------------------------------------------------ contents */
+
 /* Reads the memory backend directly: what is really "on disk", with no
  * queue, gate, count or failure in the way.
  */
@@ -122,111 +187,5 @@ int test_backend_read (struct test_backend *, void *buf, size_t count,
  */
 bool test_backend_holds (struct test_backend *, int c, size_t count,
                          uint64_t offset);
-
-/* ------------------------------------------------------------ helpers */
-
-/* Sleeps one polling step (1 ms). */
-void test_poll_step (void);
-
-/* Polls cond every millisecond for at most TB_TIMEOUT_MS; its value. */
-#define TEST_WAIT_FOR(cond) \
-  ({ \
-    bool ok_ = (cond); \
-    for (unsigned i_ = 0; !ok_ && i_ < TB_TIMEOUT_MS; i_++) { \
-      test_poll_step (); \
-      ok_ = (cond); \
-    } \
-    ok_; \
-  })
-
-/* A call run on its own thread, so a test can tell "still waiting" from
- * "returned" without ever hanging on an engine bug.
- */
-struct test_thread {
-  pthread_t thread;
-  int (*fn) (void *arg);
-  void *arg;
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-  bool done;
-  bool joined;
-  int result;                   /* fn's return value */
-  int err;                      /* errno after fn */
-};
-
-/* A thread never started: join is a no-op, done is false. */
-#define TEST_THREAD_INIT { .joined = true }
-
-int test_thread_start (struct test_thread *, int (*fn) (void *), void *arg);
-/* True if fn returned within TB_TIMEOUT_MS (then it is joined). */
-bool test_thread_wait (struct test_thread *);
-/* Without waiting. */
-bool test_thread_done (struct test_thread *);
-/* Joins whatever happens: call after opening the gates it may wait on. */
-void test_thread_join (struct test_thread *);
-
-/* buf holds byte c over count bytes (offset: where buf starts, for the
- * message); prints the first difference as a TAP comment.
- */
-bool test_buffer_is (const void *buf, int c, size_t count, uint64_t offset,
-                     const char *what);
-/* got equals want over n bytes; prints the first difference. */
-bool test_bytes_equal (const void *got, const void *want, size_t n,
-                       const char *what);
-
-/* The type of the extent holding pos, UINT32_MAX if none does. */
-uint32_t test_extent_type_at (const struct extent_list *, uint64_t pos);
-/* Not empty, ascending, no gap, from offset, within offset+count;
- * prints the first fault.
- */
-bool test_extents_contiguous (const struct extent_list *, uint64_t offset,
-                              uint64_t count);
-void test_print_extents (const struct extent_list *);
-
-/* ------------------------------------------------------------ rig */
-
-#define TEST_MS (UINT64_C (1000000))
-#define TEST_HOUR (3600 * 1000 * TEST_MS)   /* "never" within one test */
-#define TEST_MAX_DISKS 4
-
-struct test_disk {
-  struct test_backend *tb;
-  struct queue *q;
-};
-
-/* Disks on test backends, their queues and one timer service, started
- * and stopped in the order the plugin uses.
- */
-struct test_rig {
-  struct timer_service *ts;
-  struct test_disk d[TEST_MAX_DISKS];
-  unsigned n;
-};
-
-/* The defaults with this unplug delay and threshold. */
-struct queue_config test_config (uint64_t delay_ns, uint32_t thresh);
-
-/* Adds a disk's backend; adjust it before test_rig_start if needed.
- * Zero the rig first.
- */
-struct test_backend *test_rig_backend (struct test_rig *, uint64_t size);
-/* Builds and starts a queue named diskN over every backend added. */
-bool test_rig_start (struct test_rig *, const struct queue_config *);
-/* One disk of size bytes, started; async > 0: an asynchronous backend
- * with that many operations in flight; writers > 0: its max_writers.
- */
-bool test_rig_one (struct test_rig *, const struct queue_config *,
-                   uint64_t size, unsigned async, unsigned writers);
-/* Opens every gate, drains and frees everything; the rig is zeroed. */
-void test_rig_stop (struct test_rig *);
-
-struct queue_stats test_stats (struct queue *);
-
-/* queue_pwrite of count bytes of c. */
-int test_write_fill (struct queue *, struct session *, int c, uint64_t count,
-                     uint64_t offset, unsigned flags);
-/* queue_pread of the range reads as c. */
-bool test_queue_reads_as (struct queue *, int c, uint64_t count,
-                          uint64_t offset);
 
 #endif /* PLUGQ_TESTS_TEST_BACKENDS_H */

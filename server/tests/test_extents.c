@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "extents.h"
+#include "minmax.h"
 #include "tap.h"
 
 #define HZ (EXTENT_HOLE | EXTENT_ZERO)
@@ -294,7 +295,7 @@ test_random (void)
 
         extent_list_truncate (&l, cut);
         if (cut < end)
-          end = cut < base ? base : cut;
+          end = MAX (cut, base);
       }
       else {
         ok &= CHECK (extent_list_overlay (&l, off, len, type) == 0);

@@ -22,8 +22,10 @@
 #include <string.h>
 
 #include "elevator.h"
+#include "fixtures.h"
 #include "linear.h"
 #include "log.h"
+#include "minmax.h"
 #include "queue.h"
 #include "session.h"
 #include "tap.h"
@@ -1097,7 +1099,7 @@ random_offset (const struct vol *vol, unsigned *state)
     start += vol->map[i].length;
   start += rand_below (state, 2 * KiB);
   start = start > 1024 ? start - 1024 : 0;
-  return start < vol->size ? start : vol->size - 1;
+  return MIN (start, vol->size - 1);
 }
 
 static bool

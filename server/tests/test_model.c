@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "elevator.h"
+#include "minmax.h"
 #include "model.h"
 #include "queue.h"
 #include "tap.h"
@@ -264,7 +265,7 @@ run_batches (const struct group *g)
 {
   for (uint64_t b = 0; b < opt.seeds; b += BATCH) {
     uint64_t first = opt.first_seed + b;
-    uint64_t last = first + (opt.seeds - b < BATCH ? opt.seeds - b : BATCH);
+    uint64_t last = first + MIN (opt.seeds - b, (uint64_t) BATCH);
     uint64_t failed = UINT64_MAX;
     double t0 = now_s ();
 

@@ -8,9 +8,7 @@
  * reported instead of hanging the run.
  */
 
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
+#include <config.h>
 
 #include <errno.h>
 #include <inttypes.h>
@@ -21,13 +19,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "elevator.h"
+#include "fixtures.h"
+#include "minmax.h"
 #include "queue.h"
 #include "queue_internal.h"
 #include "session.h"
 #include "tap.h"
 #include "test_backends.h"
-#include "timer_service.h"
 
 /* What the unplug timer does when it fires, without waiting for it: the
  * tests' queues plug for an hour.  White box: queue_internal.h.
@@ -636,7 +636,7 @@ writes_of (struct test_backend *tb, struct tb_call *calls, size_t max)
 {
   size_t n = test_backend_calls (tb, TB_PWRITEV, calls, max);
 
-  return n < max ? n : max;
+  return MIN (n, max);
 }
 
 static void

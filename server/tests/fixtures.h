@@ -1,0 +1,134 @@
+/* plugq tests: the small fixtures the engine tests share.
+ *
+ * Bounded waits, so a hang becomes a failure instead of a stuck run;
+ * calls on threads of their own, to tell "still waiting" from
+ * "returned"; byte and extent comparisons that say where they differ;
+ * and a rig of disks on test backends with their queues and a timer
+ * service, started and stopped in the order the plugin uses.
+ */
+#ifndef PLUGQ_TESTS_FIXTURES_H
+#define PLUGQ_TESTS_FIXTURES_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "extents.h"
+#include "queue.h"
+#include "test_backends.h"
+
+/* ------------------------------------------------------------ waits */
+
+/* Sleeps us microseconds, however often a signal interrupts it. */
+void test_sleep_us (uint64_t us);
+
+/* Sleeps one polling step (1 ms). */
+void test_poll_step (void);
+
+/* Polls cond every millisecond for at most TB_TIMEOUT_MS; its value. */
+#define TEST_WAIT_FOR(cond) \
+  ({ \
+    bool ok_ = (cond); \
+    for (unsigned i_ = 0; !ok_ && i_ < TB_TIMEOUT_MS; i_++) { \
+      test_poll_step (); \
+      ok_ = (cond); \
+    } \
+    ok_; \
+  })
+
+/* ------------------------------------------------------------ threads */
+
+/* A call run on its own thread, so a test can tell "still waiting" from
+ * "returned" without ever hanging on an engine bug.
+ */
+struct test_thread {
+  pthread_t thread;
+  int (*fn) (void *arg);
+  void *arg;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  bool done;
+  bool joined;
+  int result;                   /* fn's return value */
+  int err;                      /* errno after fn */
+};
+
+/* A thread never started: join is a no-op, done is false. */
+#define TEST_THREAD_INIT { .joined = true }
+
+int test_thread_start (struct test_thread *, int (*fn) (void *), void *arg);
+/* True if fn returned within TB_TIMEOUT_MS (then it is joined). */
+bool test_thread_wait (struct test_thread *);
+/* Without waiting. */
+bool test_thread_done (struct test_thread *);
+/* Joins whatever happens: call after opening the gates it may wait on. */
+void test_thread_join (struct test_thread *);
+
+/* ------------------------------------------------------------ bytes */
+
+/* buf holds byte c over count bytes (offset: where buf starts, for the
+ * message); prints the first difference as a TAP comment.
+ */
+bool test_buffer_is (const void *buf, int c, size_t count, uint64_t offset,
+                     const char *what);
+/* got equals want over n bytes; prints the first difference. */
+bool test_bytes_equal (const void *got, const void *want, size_t n,
+                       const char *what);
+
+/* The type of the extent holding pos, UINT32_MAX if none does. */
+uint32_t test_extent_type_at (const struct extent_list *, uint64_t pos);
+/* Not empty, ascending, no gap, from offset, within offset+count;
+ * prints the first fault.
+ */
+bool test_extents_contiguous (const struct extent_list *, uint64_t offset,
+                              uint64_t count);
+void test_print_extents (const struct extent_list *);
+
+/* ------------------------------------------------------------ rig */
+
+#define TEST_MS (UINT64_C (1000000))
+#define TEST_HOUR (3600 * 1000 * TEST_MS)   /* "never" within one test */
+#define TEST_MAX_DISKS 4
+
+struct test_disk {
+  struct test_backend *tb;
+  struct queue *q;
+};
+
+/* Disks on test backends, their queues and one timer service, started
+ * and stopped in the order the plugin uses.
+ */
+struct test_rig {
+  struct timer_service *ts;
+  struct test_disk d[TEST_MAX_DISKS];
+  unsigned n;
+};
+
+/* The defaults with this unplug delay and threshold. */
+struct queue_config test_config (uint64_t delay_ns, uint32_t thresh);
+
+/* Adds a disk's backend; adjust it before test_rig_start if needed.
+ * Zero the rig first.
+ */
+struct test_backend *test_rig_backend (struct test_rig *, uint64_t size);
+/* Builds and starts a queue named diskN over every backend added. */
+bool test_rig_start (struct test_rig *, const struct queue_config *);
+/* One disk of size bytes, started; async > 0: an asynchronous backend
+ * with that many operations in flight; writers > 0: its max_writers.
+ */
+bool test_rig_one (struct test_rig *, const struct queue_config *,
+                   uint64_t size, unsigned async, unsigned writers);
+/* Opens every gate, drains and frees everything; the rig is zeroed. */
+void test_rig_stop (struct test_rig *);
+
+struct queue_stats test_stats (struct queue *);
+
+/* queue_pwrite of count bytes of c. */
+int test_write_fill (struct queue *, struct session *, int c, uint64_t count,
+                     uint64_t offset, unsigned flags);
+/* queue_pread of the range reads as c. */
+bool test_queue_reads_as (struct queue *, int c, uint64_t count,
+                          uint64_t offset);
+
+#endif /* PLUGQ_TESTS_FIXTURES_H */
