@@ -128,76 +128,66 @@ replace_range (struct extent_list *l, size_t lo, size_t hi,
   return 0;
 }
 
-int
-extent_list_overlay (struct extent_list *l, uint64_t offset,
-                     uint64_t length, uint32_t type)
+/* The replacement of extents [*lo, *hi] for a new extent of type over
+ * [start, end): what survives of the first and last extents around it,
+ * and same-type neighbours absorbed into it, keeping the list coalesced
+ * as append would have left it.  Widens *lo and *hi to what it replaces;
+ * returns the number of extents in rep (at most 3).
+ */
+static size_t
+overlay_replacement (const struct extent_list *l, uint64_t start,
+                     uint64_t end, uint32_t type, size_t *lo, size_t *hi,
+                     struct extent rep[3])
 {
-  uint64_t list_start, list_end, start, end, new_start, new_end, jend;
-  struct extent rep[3];
-  size_t i, j, lo, hi, n = 0;
-  bool has_right = false;
-  struct extent right = { 0 };
+  const struct extent *first = &l->v[*lo], *last = &l->v[*hi];
+  uint64_t new_start = start, new_end = end, last_end = extent_end (last);
+  size_t n = 0;
 
-  if (l->len == 0 || length == 0)
-    return 0;
-
-  list_start = l->v[0].offset;
-  list_end = extent_end (&l->v[l->len - 1]);
-  start = MAX (offset, list_start);
-  end = length > UINT64_MAX - offset ? UINT64_MAX : offset + length;
-  if (end > list_end)
-    end = list_end;
-  if (start >= end)
-    return 0;
-
-  i = find_extent (l, start);
-  j = find_extent (l, end - 1);
-  lo = i;
-  hi = j;
-  new_start = start;
-  new_end = end;
-
-  /* What survives of the first extent stays in front, unless it has the
-   * new type and so simply becomes part of the new extent.  Neighbours
-   * of the same type are absorbed too, keeping the list coalesced as
-   * append would have left it.
-   */
-  if (l->v[i].offset < start) {
-    if (l->v[i].type == type)
-      new_start = l->v[i].offset;
+  if (first->offset < start) {
+    if (first->type == type)
+      new_start = first->offset;
     else
       rep[n++] = (struct extent) {
-        .offset = l->v[i].offset, .length = start - l->v[i].offset,
-        .type = l->v[i].type
+        .offset = first->offset, .length = start - first->offset,
+        .type = first->type
       };
   }
-  else if (i > 0 && l->v[i - 1].type == type) {
-    lo = i - 1;
-    new_start = l->v[i - 1].offset;
-  }
+  else if (*lo > 0 && l->v[*lo - 1].type == type)
+    new_start = l->v[--*lo].offset;
 
-  jend = extent_end (&l->v[j]);
-  if (jend > end) {
-    if (l->v[j].type == type)
-      new_end = jend;
-    else {
-      has_right = true;
-      right = (struct extent) {
-        .offset = end, .length = jend - end, .type = l->v[j].type
-      };
-    }
-  }
-  else if (j + 1 < l->len && l->v[j + 1].type == type) {
-    hi = j + 1;
-    new_end = extent_end (&l->v[j + 1]);
-  }
+  if (last_end <= end && *hi + 1 < l->len && l->v[*hi + 1].type == type)
+    new_end = extent_end (&l->v[++*hi]);
+  else if (last_end > end && last->type == type)
+    new_end = last_end;
 
   rep[n++] = (struct extent) {
     .offset = new_start, .length = new_end - new_start, .type = type
   };
-  if (has_right)
-    rep[n++] = right;
+  if (last_end > end && last->type != type)
+    rep[n++] = (struct extent) {
+      .offset = end, .length = last_end - end, .type = last->type
+    };
+  return n;
+}
 
+int
+extent_list_overlay (struct extent_list *l, uint64_t offset,
+                     uint64_t length, uint32_t type)
+{
+  uint64_t start, end;
+  struct extent rep[3];
+  size_t lo, hi, n;
+
+  if (l->len == 0 || length == 0)
+    return 0;
+  start = MAX (offset, l->v[0].offset);
+  end = length > UINT64_MAX - offset ? UINT64_MAX : offset + length;
+  end = MIN (end, extent_end (&l->v[l->len - 1]));
+  if (start >= end)
+    return 0;
+  lo = find_extent (l, start);
+  hi = find_extent (l, end - 1);
+  n = overlay_replacement (l, start, end, type, &lo, &hi, rep);
   return replace_range (l, lo, hi, rep, n);
 }
 
