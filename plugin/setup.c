@@ -29,6 +29,7 @@
 #include <nbdkit-plugin.h>
 
 #include "backend.h"
+#include "config_value.h"
 #include "size_format.h"
 #include "setup.h"
 #include "elevator.h"
@@ -116,166 +117,6 @@ valid_name (const char *s)
     return false;
   return strspn (s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
                  "0123456789._-") == len;
-}
-
-/* The multiplier of nbdkit_parse_size's suffix c, 0 if it has none. */
-static uint64_t
-size_suffix_scale (char c)
-{
-  switch (c) {
-  case '\0': case 'b': case 'B': return 1;
-  case 's': case 'S': return 512;
-  case 'k': case 'K': return UINT64_C (1) << 10;
-  case 'm': case 'M': return UINT64_C (1) << 20;
-  case 'g': case 'G': return UINT64_C (1) << 30;
-  case 't': case 'T': return UINT64_C (1) << 40;
-  case 'p': case 'P': return UINT64_C (1) << 50;
-  case 'e': case 'E': return UINT64_C (1) << 60;
-  default: return 0;
-  }
-}
-
-/* A size in str; what ("memory=1Q", "linear=v:...: offset of member
- * 'a@1Q+1M'") starts the message.  nbdkit_parse_size prints messages
- * that do not name the key, so the syntax it accepts (digits and one
- * optional suffix) and its int64 range are checked here first and it
- * only ever succeeds.
- */
-static int
-parse_size (const char *what, const char *str, uint64_t *r)
-{
-  size_t digits = strspn (str, "0123456789");
-  uint64_t scale = digits ? size_suffix_scale (str[digits]) : 0;
-  unsigned long long n;
-  int64_t v;
-
-  if (*str == '\0') {
-    nbdkit_error ("%s: no size given", what);
-    return -1;
-  }
-  if (scale == 0 || (str[digits] && str[digits + 1])) {
-    nbdkit_error ("%s: '%s' is not a size (digits with an optional suffix "
-                  "b, k, M, G, T, P, E or s, e.g. 512M)", what, str);
-    return -1;
-  }
-  errno = 0;
-  n = strtoull (str, NULL, 10);
-  if (errno == ERANGE || n > INT64_MAX / scale) {
-    nbdkit_error ("%s: size '%s' is too large", what, str);
-    return -1;
-  }
-  v = nbdkit_parse_size (str);
-  if (v == -1)
-    return -1;
-  *r = v;
-  return 0;
-}
-
-static int
-parse_size_key (const char *key, const char *value, bool allow_zero,
-                uint64_t *r)
-{
-  char what[256];
-
-  snprintf (what, sizeof what, "%s=%s", key, value);
-  if (parse_size (what, value, r) == -1)
-    return -1;
-  if (!allow_zero && *r == 0) {
-    nbdkit_error ("%s=%s: size must be greater than 0", key, value);
-    return -1;
-  }
-  return 0;
-}
-
-/* A count from 1 up.  Not nbdkit_parse_uint32_t: its message does not
- * show the value.
- */
-static int
-parse_count (const char *key, const char *value, uint32_t *r)
-{
-  unsigned long n;
-
-  errno = 0;
-  n = strtoul (value, NULL, 10);
-  if (value[0] == '\0' || value[strspn (value, "0123456789")] != '\0'
-      || errno == ERANGE || n > UINT32_MAX || n < 1) {
-    nbdkit_error ("%s=%s: expected an integer from 1 to %" PRIu32,
-                  key, value, UINT32_MAX);
-    return -1;
-  }
-  *r = n;
-  return 0;
-}
-
-/* DELAY: an integer with a unit ns, us, ms or s; a bare integer means
- * seconds, as nbdkit's delay filter reads its delays.  (nbdkit 1.32 has
- * no nbdkit_parse_delay.)
- */
-static int
-parse_delay (const char *key, const char *value, bool allow_zero,
-             uint64_t *ns)
-{
-  static const struct { const char *unit; uint64_t scale; } units[] = {
-    { "", UINT64_C (1000000000) },
-    { "s", UINT64_C (1000000000) },
-    { "ms", UINT64_C (1000000) },
-    { "us", UINT64_C (1000) },
-    { "ns", 1 },
-  };
-  size_t digits = strspn (value, "0123456789");
-  unsigned long long n;
-  size_t i;
-
-  if (digits == 0)
-    goto bad;
-  errno = 0;
-  n = strtoull (value, NULL, 10);
-  if (errno == ERANGE)
-    goto too_large;
-  for (i = 0; i < sizeof units / sizeof units[0]; i++) {
-    if (strcmp (value + digits, units[i].unit) == 0) {
-      if (n > UINT64_MAX / units[i].scale)
-        goto too_large;
-      *ns = n * units[i].scale;
-      if (!allow_zero && *ns == 0) {
-        nbdkit_error ("%s=%s: delay must be greater than 0", key, value);
-        return -1;
-      }
-      return 0;
-    }
-  }
- bad:
-  nbdkit_error ("%s=%s: expected a delay: an integer with a unit ns, us, "
-                "ms or s (a bare integer means seconds)", key, value);
-  return -1;
- too_large:
-  nbdkit_error ("%s=%s: delay is too large", key, value);
-  return -1;
-}
-
-/* The words nbdkit_parse_bool accepts; ours so that a bad value gives one
- * message naming the key.
- */
-static int
-parse_bool (const char *key, const char *value, bool *r)
-{
-  static const char *const yes[] = { "1", "true", "t", "yes", "y", "on" };
-  static const char *const no[] = { "0", "false", "f", "no", "n", "off" };
-  size_t i;
-
-  for (i = 0; i < sizeof yes / sizeof yes[0]; i++) {
-    if (strcasecmp (value, yes[i]) == 0) {
-      *r = true;
-      return 0;
-    }
-    if (strcasecmp (value, no[i]) == 0) {
-      *r = false;
-      return 0;
-    }
-  }
-  nbdkit_error ("%s=%s: expected a boolean (true/false, yes/no, on/off, "
-                "1/0)", key, value);
-  return -1;
 }
 
 /* ---------------------------------------------------------------- entries */
@@ -447,7 +288,7 @@ config_direct (const char *key, const char *value)
 {
   struct entry *d = backend_target (key, value);
 
-  if (d == NULL || parse_bool (key, value, &d->direct) == -1)
+  if (d == NULL || config_parse_bool (key, value, &d->direct) == -1)
     return -1;
   d->direct_given = true;
   return 0;
@@ -460,7 +301,7 @@ config_memory (const char *key, const char *value)
 
   if (d == NULL || check_one_backend (d, key, value) == -1)
     return -1;
-  if (parse_size_key (key, value, false, &d->memory_size) == -1)
+  if (config_parse_size_key (key, value, false, &d->memory_size) == -1)
     return -1;
   d->backend = BACKEND_MEMORY;
   return 0;
@@ -496,7 +337,8 @@ config_reconnect (const char *key, const char *value)
 {
   struct entry *d = backend_target (key, value);
 
-  if (d == NULL || parse_delay (key, value, false, &d->reconnect_ns) == -1)
+  if (d == NULL
+      || config_parse_delay (key, value, false, &d->reconnect_ns) == -1)
     return -1;
   d->reconnect_given = true;
   return 0;
@@ -543,13 +385,13 @@ parse_member (const char *key, const char *value, const char *text,
     nbdkit_error ("strndup: %m");
     return -1;
   }
-  r = parse_size (what, num, &m->offset);
+  r = config_parse_size (what, num, &m->offset);
   free (num);
   if (r == -1)
     return -1;
   snprintf (what, sizeof what, "%s=%s: member '%s': length",
             key, value, text);
-  if (parse_size (what, plus + 1, &m->length) == -1)
+  if (config_parse_size (what, plus + 1, &m->length) == -1)
     return -1;
   if (m->length == 0) {
     nbdkit_error ("%s=%s: member '%s' has length 0", key, value, text);
@@ -670,28 +512,28 @@ config_queue_key (const char *key, const char *value)
     qc->elevator = e;
   }
   else if (strcmp (key, "unplug-delay") == 0) {
-    if (parse_delay (key, value, true, &qc->unplug_delay_ns) == -1)
+    if (config_parse_delay (key, value, true, &qc->unplug_delay_ns) == -1)
       return -1;
   }
   else if (strcmp (key, "write-expire") == 0) {
-    if (parse_delay (key, value, false, &qc->write_expire_ns) == -1)
+    if (config_parse_delay (key, value, false, &qc->write_expire_ns) == -1)
       return -1;
   }
   else if (strcmp (key, "unplug-thresh") == 0) {
-    if (parse_count (key, value, &qc->unplug_thresh) == -1)
+    if (config_parse_count (key, value, &qc->unplug_thresh) == -1)
       return -1;
   }
   else if (strcmp (key, "queue-requests") == 0) {
-    if (parse_count (key, value, &qc->queue_requests) == -1)
+    if (config_parse_count (key, value, &qc->queue_requests) == -1)
       return -1;
   }
   else if (strcmp (key, "max-merge") == 0) {
-    if (parse_size_key (key, value, false, &u) == -1)
+    if (config_parse_size_key (key, value, false, &u) == -1)
       return -1;
     qc->max_merge = u;
   }
   else if (strcmp (key, "queue-bytes") == 0) {
-    if (parse_size_key (key, value, false, &u) == -1)
+    if (config_parse_size_key (key, value, false, &u) == -1)
       return -1;
     qc->queue_bytes = u;
   }
@@ -774,7 +616,7 @@ plugq_config_key (const char *key, const char *value)
     return 0;
   }
   if (strcmp (key, "stats-interval") == 0)
-    return parse_delay (key, value, false, &stats_interval_ns);
+    return config_parse_delay (key, value, false, &stats_interval_ns);
 
   nbdkit_error ("unknown parameter '%s' (see nbdkit plugq --help)", key);
   return -1;
