@@ -25,6 +25,7 @@
 #include <nbdkit-plugin.h>
 
 #include "setup.h"
+#include "elevator.h"
 #include "extents.h"
 #include "heap_tuning.h"
 #include "linear.h"
@@ -85,12 +86,18 @@ plugq_config_complete_cb (void)
   return plugq_config_complete ();
 }
 
+/* The elevators come from their table, so scripts see every one this
+ * build has.
+ */
 static void
 plugq_dump_plugin (void)
 {
+  char *elevators = elevator_names (",");
+
   printf ("plugq_version=%s\n", PACKAGE_VERSION);
-  printf ("plugq_elevators=deadline,noop\n");
+  printf ("plugq_elevators=%s\n", elevators ? elevators : "");
   printf ("plugq_backends=file,memory,nbd\n");
+  free (elevators);
 }
 
 /* ---------------------------------------------------------------- lifecycle */

@@ -503,10 +503,13 @@ config_queue_key (const char *key, const char *value)
   }
   else if (strcmp (key, "elevator") == 0) {
     const struct elevator_ops *e = elevator_lookup (value);
+    char *known;
 
     if (e == NULL) {
-      nbdkit_error ("%s=%s: unknown elevator (known: deadline, noop)",
-                    key, value);
+      known = elevator_names (", ");
+      nbdkit_error ("%s=%s: unknown elevator (known: %s)",
+                    key, value, known ? known : "?");
+      free (known);
       return -1;
     }
     qc->elevator = e;
