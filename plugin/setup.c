@@ -32,9 +32,9 @@
 #include "config_value.h"
 #include "size_format.h"
 #include "setup.h"
-#include "elevator.h"
 #include "linear.h"
 #include "queue.h"
+#include "queue_keys.h"
 
 #define NAME_MAX_LEN 255
 #define DEFAULT_DISK_NAME "default"
@@ -465,99 +465,21 @@ config_linear (const char *key, const char *value)
 }
 
 /* Queue keys set the defaults before any disk=, then the last disk=. */
-static struct queue_config *
-queue_target (const char *key, const char *value)
+static int
+config_queue_key (const char *key, const char *value)
 {
   switch (scope) {
   case SCOPE_DEFAULTS:
-    return &defaults;
+    return queue_key_set (&defaults, key, value);
   case SCOPE_DISK:
-    return &current->qc;
+    return queue_key_set (&current->qc, key, value);
   case SCOPE_VOLUME:
     break;
   }
   nbdkit_error ("%s=%s follows linear=%s: a volume has no queue; give "
                 "queue keys before any disk= (defaults) or after a disk=",
                 key, value, current->name);
-  return NULL;
-}
-
-static int
-config_queue_key (const char *key, const char *value)
-{
-  struct queue_config *qc = queue_target (key, value);
-  uint64_t u;
-
-  if (qc == NULL)
-    return -1;
-
-  if (strcmp (key, "ack") == 0) {
-    if (strcmp (value, "queued") == 0)
-      qc->ack = ACK_QUEUED;
-    else if (strcmp (value, "dispatched") == 0)
-      qc->ack = ACK_DISPATCHED;
-    else {
-      nbdkit_error ("%s=%s: expected queued or dispatched", key, value);
-      return -1;
-    }
-  }
-  else if (strcmp (key, "elevator") == 0) {
-    const struct elevator_ops *e = elevator_lookup (value);
-    char *known;
-
-    if (e == NULL) {
-      known = elevator_names (", ");
-      nbdkit_error ("%s=%s: unknown elevator (known: %s)",
-                    key, value, known ? known : "?");
-      free (known);
-      return -1;
-    }
-    qc->elevator = e;
-  }
-  else if (strcmp (key, "unplug-delay") == 0) {
-    if (config_parse_delay (key, value, true, &qc->unplug_delay_ns) == -1)
-      return -1;
-  }
-  else if (strcmp (key, "write-expire") == 0) {
-    if (config_parse_delay (key, value, false, &qc->write_expire_ns) == -1)
-      return -1;
-  }
-  else if (strcmp (key, "unplug-thresh") == 0) {
-    if (config_parse_count (key, value, &qc->unplug_thresh) == -1)
-      return -1;
-  }
-  else if (strcmp (key, "queue-requests") == 0) {
-    if (config_parse_count (key, value, &qc->queue_requests) == -1)
-      return -1;
-  }
-  else if (strcmp (key, "max-merge") == 0) {
-    if (config_parse_size_key (key, value, false, &u) == -1)
-      return -1;
-    qc->max_merge = u;
-  }
-  else if (strcmp (key, "queue-bytes") == 0) {
-    if (config_parse_size_key (key, value, false, &u) == -1)
-      return -1;
-    qc->queue_bytes = u;
-  }
-  else
-    abort ();                   /* not reached: see is_queue_key */
-  return 0;
-}
-
-static bool
-is_queue_key (const char *key)
-{
-  static const char *const keys[] = {
-    "ack", "elevator", "unplug-delay", "unplug-thresh", "max-merge",
-    "queue-bytes", "queue-requests", "write-expire",
-  };
-  size_t i;
-
-  for (i = 0; i < sizeof keys / sizeof keys[0]; i++)
-    if (strcmp (key, keys[i]) == 0)
-      return true;
-  return false;
+  return -1;
 }
 
 static int
@@ -593,7 +515,7 @@ plugq_config_key (const char *key, const char *value)
     return config_reconnect (key, value);
   if (strcmp (key, "linear") == 0)
     return config_linear (key, value);
-  if (is_queue_key (key))
+  if (queue_key_known (key))
     return config_queue_key (key, value);
 
   if (strcmp (key, "default-export") == 0) {
