@@ -175,8 +175,8 @@ plugq_list_exports (int readonly, int is_tls, struct nbdkit_exports *exports)
   size_t i;
 
   for (i = 0; i < setup.nr_exports; i++)
-    if (nbdkit_add_export (exports, setup.names[i],
-                           setup.descriptions[i]) == -1)
+    if (nbdkit_add_export (exports, setup.exports[i]->name,
+                           setup.exports[i]->description) == -1)
       return -1;
   return 0;
 }
@@ -184,7 +184,7 @@ plugq_list_exports (int readonly, int is_tls, struct nbdkit_exports *exports)
 static const char *
 plugq_default_export (int readonly, int is_tls)
 {
-  return setup.default_name;
+  return setup.default_export->name;
 }
 
 struct handle {
@@ -236,7 +236,7 @@ plugq_export_description (void *handle)
 {
   struct handle *h = handle;
 
-  return plugq_setup_description (&setup, h->export);
+  return h->export->description;
 }
 
 static int64_t

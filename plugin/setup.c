@@ -30,7 +30,6 @@
 
 #include "backend.h"
 #include "config_value.h"
-#include "size_format.h"
 #include "setup.h"
 #include "linear.h"
 #include "queue.h"
@@ -78,8 +77,7 @@ struct entry {
   size_t nr_members;
   enum visit visit;
 
-  struct linear *export;
-  char *description;
+  struct linear *export;        /* owns the export's name and description */
 };
 
 /* Where queue and backend keys go: the defaults, the last disk=, or
@@ -201,7 +199,6 @@ free_entry (struct entry *e)
   free (e->file);
   free (e->uri);
   free (e->name);
-  free (e->description);
   /* export and queue belong to the setup once built. */
   free (e);
 }
@@ -712,24 +709,6 @@ plugq_config_complete (void)
 
 /* ---------------------------------------------------------------- build */
 
-/* The backend's own description, with the size when it does not say it:
- * "memory 1.0 GiB (sparse)", "file /srv/db.img (O_DIRECT), 10.0 GiB".
- */
-static char *
-describe_disk (const struct backend *b)
-{
-  const char *desc = b->description ? b->description : b->ops->kind;
-  char size[32], *s;
-
-  format_size (size, sizeof size, b->size);
-  if (strstr (desc, size))
-    return strdup (desc);
-  s = malloc (strlen (desc) + strlen (size) + 3);
-  if (s)
-    sprintf (s, "%s, %s", desc, size);
-  return s;
-}
-
 static int
 build_disk (struct entry *d)
 {
@@ -762,11 +741,6 @@ build_disk (struct entry *d)
   d->export = linear_new_disk (d->queue);
   if (d->export == NULL) {
     nbdkit_error ("disk=%s: cannot create its export", d->name);
-    return -1;
-  }
-  d->description = describe_disk (queue_backend (d->queue));
-  if (d->description == NULL) {
-    nbdkit_error ("malloc: %m");
     return -1;
   }
   return 0;
@@ -832,14 +806,6 @@ build_volume (struct entry *v)
     nbdkit_error ("linear=%s: the volume is empty", v->spec);
     return -1;
   }
-
-  /* The engine's "linear volume 3.0 GiB: db, logs" (distinct disks). */
-  v->description = strdup (v->export->description
-                           ? v->export->description : "linear volume");
-  if (v->description == NULL) {
-    nbdkit_error ("strdup: %m");
-    return -1;
-  }
   return 0;
 }
 
@@ -885,10 +851,7 @@ fill_setup (struct plugq_setup *s)
   memset (s, 0, sizeof *s);
   s->disks = calloc (nr_entries, sizeof *s->disks);
   s->exports = calloc (nr_entries, sizeof *s->exports);
-  s->names = calloc (nr_entries, sizeof *s->names);
-  s->descriptions = calloc (nr_entries, sizeof *s->descriptions);
-  if (s->disks == NULL || s->exports == NULL || s->names == NULL
-      || s->descriptions == NULL) {
+  if (s->disks == NULL || s->exports == NULL) {
     nbdkit_error ("calloc: %m");
     return -1;
   }
@@ -897,14 +860,10 @@ fill_setup (struct plugq_setup *s)
 
     if (e->kind == ENTRY_DISK)
       s->disks[s->nr_disks++] = e->queue;
-    s->exports[s->nr_exports] = e->export;
-    s->names[s->nr_exports] = e->name;
-    s->descriptions[s->nr_exports++] = e->description;
+    s->exports[s->nr_exports++] = e->export;
     if (default_export_name ? strcmp (e->name, default_export_name) == 0
-        : s->default_export == NULL) {
+        : s->default_export == NULL)
       s->default_export = e->export;
-      s->default_name = e->name;
-    }
   }
   s->stats_path = stats_path;
   s->stats_interval_ns = stats_interval_ns;
@@ -916,8 +875,6 @@ free_setup_arrays (struct plugq_setup *s)
 {
   free (s->disks);
   free (s->exports);
-  free (s->names);
-  free (s->descriptions);
   memset (s, 0, sizeof *s);
 }
 
@@ -962,19 +919,7 @@ plugq_setup_lookup (const struct plugq_setup *s, const char *name)
   if (name == NULL || *name == '\0')
     return s->default_export;
   for (i = 0; i < s->nr_exports; i++)
-    if (strcmp (s->names[i], name) == 0)
+    if (strcmp (s->exports[i]->name, name) == 0)
       return s->exports[i];
-  return NULL;
-}
-
-const char *
-plugq_setup_description (const struct plugq_setup *s,
-                         const struct linear *export)
-{
-  size_t i;
-
-  for (i = 0; i < s->nr_exports; i++)
-    if (s->exports[i] == export)
-      return s->descriptions[i];
   return NULL;
 }

@@ -44,12 +44,9 @@
 struct plugq_setup {
   struct queue **disks;         /* every disk's queue */
   size_t nr_disks;
-  struct linear **exports;      /* every disk and volume */
-  const char **names;           /* parallel to exports */
-  const char **descriptions;    /* parallel to exports */
+  struct linear **exports;      /* every disk and volume, named by itself */
   size_t nr_exports;
   struct linear *default_export;
-  const char *default_name;
   const char *stats_path;       /* NULL: no stats= */
   uint64_t stats_interval_ns;
 };
@@ -73,7 +70,5 @@ void plugq_config_free (struct plugq_setup *setup);
  */
 struct linear *plugq_setup_lookup (const struct plugq_setup *setup,
                                    const char *name);
-const char *plugq_setup_description (const struct plugq_setup *setup,
-                                     const struct linear *export);
 
 #endif /* PLUGQ_PLUGIN_SETUP_H */
