@@ -25,6 +25,7 @@
 #include <nbdkit-plugin.h>
 
 #include "setup.h"
+#include "backend_type.h"
 #include "elevator.h"
 #include "extents.h"
 #include "heap_tuning.h"
@@ -86,18 +87,20 @@ plugq_config_complete_cb (void)
   return plugq_config_complete ();
 }
 
-/* The elevators come from their table, so scripts see every one this
- * build has.
+/* The names come from the tables, so scripts see every backend and
+ * elevator this build has.
  */
 static void
 plugq_dump_plugin (void)
 {
   char *elevators = elevator_names (",");
+  char *backends = backend_type_names (",");
 
   printf ("plugq_version=%s\n", PACKAGE_VERSION);
   printf ("plugq_elevators=%s\n", elevators ? elevators : "");
-  printf ("plugq_backends=file,memory,nbd\n");
+  printf ("plugq_backends=%s\n", backends ? backends : "");
   free (elevators);
+  free (backends);
 }
 
 /* ---------------------------------------------------------------- lifecycle */

@@ -1,11 +1,9 @@
-/* plugq: configuration keys, and the disks and exports built from them.
+/* plugq: what the nbdkit glue (plugq.c) calls to configure the plugin.
  *
- * .config records each key (paths made absolute at once, since nbdkit
- * chdirs to / when it daemonizes), .config_complete checks what needs the
- * whole command line (volume members may be defined later than the volume,
- * cycles, the default export), and .get_ready opens the backends and
- * builds every queue and export.  No thread is started here: the plugin
- * starts them in .after_fork.
+ * .config records each key (config_keys.c), .config_complete checks what
+ * needs the whole command line (config_check.c), and .get_ready opens the
+ * backends and builds every queue and export (config_build.c).  No thread
+ * is started here: the plugin starts them in .after_fork.
  */
 #ifndef PLUGQ_PLUGIN_SETUP_H
 #define PLUGQ_PLUGIN_SETUP_H
