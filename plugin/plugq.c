@@ -28,6 +28,7 @@
 #include "backend_type.h"
 #include "elevator.h"
 #include "extents.h"
+#include "help_text.h"
 #include "heap_tuning.h"
 #include "linear.h"
 #include "log.h"
@@ -71,6 +72,39 @@ plugq_load (void)
 {
   log_set_sink (&nbdkit_sink);
   nbdkit_debug ("%s", heap_tuning_describe (heap_tuning_apply ()));
+}
+
+/* ---------------------------------------------------------------- texts */
+
+static struct nbdkit_plugin plugin;
+static char *help_keys;          /* the built .config_help */
+static char *description;        /* the built .description */
+
+/* --help and the description list the backends and elevators from their
+ * tables.  nbdkit copies the plugin struct as plugin_init returns it,
+ * before it calls .load, so a text set in .load would never be seen:
+ * they are built when the library is loaded (dlopen runs this), and the
+ * short fixed texts stay if memory runs out.
+ */
+__attribute__ ((constructor))
+static void
+build_texts (void)
+{
+  help_keys = help_text_keys ();
+  description = help_text_description ();
+  if (help_keys)
+    plugin.config_help = help_keys;
+  if (description)
+    plugin.description = description;
+}
+
+/* nbdkit's last call into the plugin: nothing reads the texts after it. */
+static void
+plugq_unload (void)
+{
+  free (help_keys);
+  free (description);
+  help_keys = description = NULL;
 }
 
 /* ---------------------------------------------------------------- config */
@@ -451,10 +485,10 @@ plugq_cache (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
 
 /* ---------------------------------------------------------------- plugin */
 
+/* Without the texts built from the tables (out of memory). */
 #define plugq_description \
-  "Serves disks (files, block devices, memory) and linear volumes of " \
-  "them; every disk has its own plugged request queue with an elevator " \
-  "and an unplug timer, and FLUSH/FUA unplug at once."
+  "Serves disks through per-disk plugged request queues."
+#define plugq_config_help "See nbdkit-plugq-plugin(1)."
 
 static struct nbdkit_plugin plugin = {
   .name               = "plugq",
@@ -462,9 +496,10 @@ static struct nbdkit_plugin plugin = {
   .version            = PACKAGE_VERSION,
   .description        = plugq_description,
   .load               = plugq_load,
+  .unload             = plugq_unload,
   .config             = plugq_config,
   .config_complete    = plugq_config_complete_cb,
-  .config_help        = PLUGQ_CONFIG_HELP,
+  .config_help        = plugq_config_help,
   .dump_plugin        = plugq_dump_plugin,
   .get_ready          = plugq_get_ready,
   .after_fork         = plugq_after_fork,
