@@ -187,6 +187,21 @@ EOF
   assert_config_error direct
 }
 
+@test "config: direct= on a disk whose backend is not file=" {
+  bad_config disk=m memory=1M direct=true
+  assert_config_error disk=m "direct= is only for a file= backend"
+}
+
+@test "config: reconnect= on a disk whose backend is not nbd=" {
+  bad_config disk=f file="$T/a.img" reconnect=50ms
+  assert_config_error disk=f "reconnect= is only for an nbd= backend"
+}
+
+@test "config: an nbd= value that is not an NBD URI" {
+  bad_config disk=r nbd=http://example.invalid/x
+  assert_config_error nbd=http "not an NBD URI" disk=r
+}
+
 @test "config: default-export naming no export" {
   bad_config disk=a memory=1M default-export=ghost
   assert_config_error default-export ghost
@@ -314,6 +329,43 @@ EOF
       fail "--help does not list $k=: $output"
     fi
   done
+}
+
+@test "config: --help shows each backend's keys at the start of a line, and every elevator" {
+  run timeout 30 "$NBDKIT" "$PLUGIN" --help
+  assert_success
+  local k
+  for k in file direct memory nbd reconnect; do
+    if ! grep -qE "^$k=<" <<<"$output"; then
+      fail "--help has no line for $k=: $output"
+    fi
+  done
+  assert_line --regexp '^elevator=deadline\|noop +Dispatch order'
+  assert_line --regexp '^ +deadline: '
+  assert_line --regexp '^ +noop: '
+}
+
+@test "config: the description names every backend, nbd too" {
+  run timeout 30 "$NBDKIT" "$PLUGIN" --help
+  assert_success
+  # nbdkit prints the description on the line after "(PLUGIN)".
+  local desc b
+  desc=$(awk -v p="($PLUGIN)" 'found { print; exit } $0 == p { found = 1 }' \
+           <<<"$output")
+  [ -n "$desc" ] || fail "no description after ($PLUGIN): $output"
+  for b in file memory nbd; do
+    if [[ "$desc" != *"($b=)"* ]]; then
+      fail "the description does not name $b=: $desc"
+    fi
+  done
+  [[ "$desc" == *"remote NBD exports"* ]] || fail "no NBD in: $desc"
+}
+
+@test "config: --dump-plugin lists the backends and the elevators" {
+  run timeout 30 "$NBDKIT" --dump-plugin "$PLUGIN"
+  assert_success
+  assert_line 'plugq_backends=file,memory,nbd'
+  assert_line 'plugq_elevators=deadline,noop'
 }
 
 @test "config: --dump-plugin reports plugq_version" {

@@ -25,7 +25,10 @@
 #include <nbdkit-plugin.h>
 
 #include "setup.h"
+#include "backend_type.h"
+#include "elevator.h"
 #include "extents.h"
+#include "help_text.h"
 #include "heap_tuning.h"
 #include "linear.h"
 #include "log.h"
@@ -72,6 +75,39 @@ plugq_load (void)
   nbdkit_debug ("%s", heap_tuning_describe (heap_tuning_apply ()));
 }
 
+/* ---------------------------------------------------------------- texts */
+
+static struct nbdkit_plugin plugin;
+static char *help_keys;          /* the built .config_help */
+static char *description;        /* the built .description */
+
+/* --help and the description list the backends and elevators from their
+ * tables.  nbdkit copies the plugin struct as plugin_init returns it,
+ * before it calls .load, so a text set in .load would never be seen:
+ * they are built when the library is loaded (dlopen runs this), and the
+ * short fixed texts stay if memory runs out.
+ */
+__attribute__ ((constructor))
+static void
+build_texts (void)
+{
+  help_keys = help_text_keys ();
+  description = help_text_description ();
+  if (help_keys)
+    plugin.config_help = help_keys;
+  if (description)
+    plugin.description = description;
+}
+
+/* nbdkit's last call into the plugin: nothing reads the texts after it. */
+static void
+plugq_unload (void)
+{
+  free (help_keys);
+  free (description);
+  help_keys = description = NULL;
+}
+
 /* ---------------------------------------------------------------- config */
 
 static int
@@ -86,12 +122,20 @@ plugq_config_complete_cb (void)
   return plugq_config_complete ();
 }
 
+/* The names come from the tables, so scripts see every backend and
+ * elevator this build has.
+ */
 static void
 plugq_dump_plugin (void)
 {
+  char *elevators = elevator_names (",");
+  char *backends = backend_type_names (",");
+
   printf ("plugq_version=%s\n", PACKAGE_VERSION);
-  printf ("plugq_elevators=deadline,noop\n");
-  printf ("plugq_backends=file,memory,nbd\n");
+  printf ("plugq_elevators=%s\n", elevators ? elevators : "");
+  printf ("plugq_backends=%s\n", backends ? backends : "");
+  free (elevators);
+  free (backends);
 }
 
 /* ---------------------------------------------------------------- lifecycle */
@@ -169,8 +213,8 @@ plugq_list_exports (int readonly, int is_tls, struct nbdkit_exports *exports)
   size_t i;
 
   for (i = 0; i < setup.nr_exports; i++)
-    if (nbdkit_add_export (exports, setup.names[i],
-                           setup.descriptions[i]) == -1)
+    if (nbdkit_add_export (exports, setup.exports[i]->name,
+                           setup.exports[i]->description) == -1)
       return -1;
   return 0;
 }
@@ -178,7 +222,7 @@ plugq_list_exports (int readonly, int is_tls, struct nbdkit_exports *exports)
 static const char *
 plugq_default_export (int readonly, int is_tls)
 {
-  return setup.default_name;
+  return setup.default_export->name;
 }
 
 struct handle {
@@ -230,7 +274,7 @@ plugq_export_description (void *handle)
 {
   struct handle *h = handle;
 
-  return plugq_setup_description (&setup, h->export);
+  return h->export->description;
 }
 
 static int64_t
@@ -442,10 +486,10 @@ plugq_cache (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
 
 /* ---------------------------------------------------------------- plugin */
 
+/* Without the texts built from the tables (out of memory). */
 #define plugq_description \
-  "Serves disks (files, block devices, memory) and linear volumes of " \
-  "them; every disk has its own plugged request queue with an elevator " \
-  "and an unplug timer, and FLUSH/FUA unplug at once."
+  "Serves disks through per-disk plugged request queues."
+#define plugq_config_help "See nbdkit-plugq-plugin(1)."
 
 static struct nbdkit_plugin plugin = {
   .name               = "plugq",
@@ -453,9 +497,10 @@ static struct nbdkit_plugin plugin = {
   .version            = PACKAGE_VERSION,
   .description        = plugq_description,
   .load               = plugq_load,
+  .unload             = plugq_unload,
   .config             = plugq_config,
   .config_complete    = plugq_config_complete_cb,
-  .config_help        = PLUGQ_CONFIG_HELP,
+  .config_help        = plugq_config_help,
   .dump_plugin        = plugq_dump_plugin,
   .get_ready          = plugq_get_ready,
   .after_fork         = plugq_after_fork,

@@ -1,11 +1,9 @@
-/* plugq: configuration keys, and the disks and exports built from them.
+/* plugq: what the nbdkit glue (plugq.c) calls to configure the plugin.
  *
- * .config records each key (paths made absolute at once, since nbdkit
- * chdirs to / when it daemonizes), .config_complete checks what needs the
- * whole command line (volume members may be defined later than the volume,
- * cycles, the default export), and .get_ready opens the backends and
- * builds every queue and export.  No thread is started here: the plugin
- * starts them in .after_fork.
+ * .config records each key (config_keys.c), .config_complete checks what
+ * needs the whole command line (config_check.c), and .get_ready opens the
+ * backends and builds every queue and export (config_build.c).  No thread
+ * is started here: the plugin starts them in .after_fork.
  */
 #ifndef PLUGQ_PLUGIN_SETUP_H
 #define PLUGQ_PLUGIN_SETUP_H
@@ -16,40 +14,13 @@
 #include "linear.h"
 #include "queue.h"
 
-/* One line per key, as nbdkit prints it under "nbdkit plugq --help". */
-#define PLUGQ_CONFIG_HELP \
-  "disk=<NAME>                 Start a disk (an export of its own).\n" \
-  "file=<PATH>                 Backend of the last disk=: a file or block device.\n" \
-  "direct=<BOOL>               Open that file= with O_DIRECT (default false).\n" \
-  "memory=<SIZE>               Backend of the last disk=: sparse RAM of SIZE.\n" \
-  "nbd=<URI>                   Backend of the last disk=: a remote NBD export.\n" \
-  "reconnect=<DELAY>           With nbd=: redial a lost server, backoff from DELAY.\n" \
-  "linear=<NAME>:<M>[,<M>...]  A volume of disks/volumes end to end; M may be\n" \
-  "                            NAME@OFFSET+LENGTH for a sub-range.\n" \
-  "ack=queued|dispatched       Answer writes once queued (default) or written.\n" \
-  "elevator=deadline|noop      Dispatch order (default deadline).\n" \
-  "unplug-delay=<DELAY>        Unplug timer, e.g. 3ms (ns|us|ms|s; bare = s).\n" \
-  "unplug-thresh=<N>           Queued requests that unplug at once (>= 1).\n" \
-  "max-merge=<SIZE>            Largest merged backend operation.\n" \
-  "queue-bytes=<SIZE>          Queued data before writers wait.\n" \
-  "queue-requests=<N>          Queued requests before writers wait (>= 1).\n" \
-  "write-expire=<DELAY>        Deadline: no request waits longer.\n" \
-  "                            (Queue keys before any disk= set the defaults,\n" \
-  "                            after a disk= they set that disk alone.)\n" \
-  "default-export=<NAME>       Export for clients asking for \"\".\n" \
-  "stats=<PATH>                Keep a JSON snapshot of every queue's counters.\n" \
-  "stats-interval=<DELAY>      How often stats= is rewritten (default 1s)."
-
 /* What .get_ready built.  Arrays are in command-line order. */
 struct plugq_setup {
   struct queue **disks;         /* every disk's queue */
   size_t nr_disks;
-  struct linear **exports;      /* every disk and volume */
-  const char **names;           /* parallel to exports */
-  const char **descriptions;    /* parallel to exports */
+  struct linear **exports;      /* every disk and volume, named by itself */
   size_t nr_exports;
   struct linear *default_export;
-  const char *default_name;
   const char *stats_path;       /* NULL: no stats= */
   uint64_t stats_interval_ns;
 };
@@ -73,7 +44,5 @@ void plugq_config_free (struct plugq_setup *setup);
  */
 struct linear *plugq_setup_lookup (const struct plugq_setup *setup,
                                    const char *name);
-const char *plugq_setup_description (const struct plugq_setup *setup,
-                                     const struct linear *export);
 
 #endif /* PLUGQ_PLUGIN_SETUP_H */

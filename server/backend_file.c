@@ -27,6 +27,8 @@
 #include <linux/fs.h>
 
 #include "backend.h"
+#include "backend_type.h"
+#include "config_value.h"
 #include "fd_io.h"
 #include "log.h"
 #include "minmax.h"
@@ -790,3 +792,89 @@ backend_file_open (const char *path, bool direct, bool readonly)
   }
   return NULL;
 }
+
+/* ------------------------------------------------------------ type */
+
+struct file_args {
+  char *path;                   /* absolute */
+  bool direct;
+};
+
+static void *
+file_new_args (void)
+{
+  return calloc (1, sizeof (struct file_args));
+}
+
+/* The file must exist already, so that a wrong path is one line naming
+ * the key now rather than an open error later; and the path is made
+ * absolute now, since nbdkit chdirs to / when it daemonizes.
+ */
+static int
+file_start (void *args, const char *disk, const char *value)
+{
+  struct file_args *a = args;
+  struct stat st;
+
+  if (*value == '\0') {
+    log_error ("file=: empty path (disk=%s)", disk);
+    return -1;
+  }
+  if (stat (value, &st) == -1) {
+    log_error ("file=%s: %m (disk=%s)", value, disk);
+    return -1;
+  }
+  if (!S_ISREG (st.st_mode) && !S_ISBLK (st.st_mode)) {
+    log_error ("file=%s: not a regular file or block device (disk=%s)",
+               value, disk);
+    return -1;
+  }
+  a->path = realpath (value, NULL);
+  if (a->path == NULL) {
+    log_error ("realpath: %s: %m", value);
+    return -1;
+  }
+  return 0;
+}
+
+static int
+file_set (void *args, const char *disk, const char *key, const char *value)
+{
+  struct file_args *a = args;
+
+  return config_parse_bool (key, value, &a->direct);  /* direct= */
+}
+
+static struct backend *
+file_open_args (const void *args, bool readonly)
+{
+  const struct file_args *a = args;
+
+  return backend_file_open (a->path, a->direct, readonly);
+}
+
+static void
+file_free_args (void *args)
+{
+  struct file_args *a = args;
+
+  if (a)
+    free (a->path);
+  free (a);
+}
+
+const struct backend_type backend_type_file = {
+  .name = "file",
+  .article = "a",
+  .value_name = "PATH",
+  .keys = (const char *const[]) { "direct", NULL },
+  .summary = "files and block devices",
+  .help =
+  "file=<PATH>                 Backend of the last disk=: a file or block device.\n"
+  "direct=<BOOL>               Open that file= with O_DIRECT (default false).\n",
+  .new_args = file_new_args,
+  .start = file_start,
+  .set = file_set,
+  .open = file_open_args,
+  .free_args = file_free_args,
+};

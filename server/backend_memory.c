@@ -35,6 +35,8 @@
 #include <sys/uio.h>
 
 #include "backend.h"
+#include "backend_type.h"
+#include "config_value.h"
 #include "lock.h"
 #include "log.h"
 #include "minmax.h"
@@ -581,3 +583,45 @@ backend_memory_new (uint64_t size)
   }
   return &m->b;
 }
+
+/* ------------------------------------------------------------ type */
+
+struct memory_args {
+  uint64_t size;
+};
+
+static void *
+memory_new_args (void)
+{
+  return calloc (1, sizeof (struct memory_args));
+}
+
+static int
+memory_start (void *args, const char *disk, const char *value)
+{
+  struct memory_args *a = args;
+
+  return config_parse_size_key ("memory", value, false, &a->size);
+}
+
+static struct backend *
+memory_open_args (const void *args, bool readonly)
+{
+  const struct memory_args *a = args;
+
+  return backend_memory_new (a->size);
+}
+
+const struct backend_type backend_type_memory = {
+  .name = "memory",
+  .article = "a",
+  .value_name = "SIZE",
+  .keys = (const char *const[]) { NULL },
+  .summary = "sparse memory",
+  .help =
+  "memory=<SIZE>               Backend of the last disk=: sparse RAM of SIZE.\n",
+  .new_args = memory_new_args,
+  .start = memory_start,
+  .open = memory_open_args,
+  .free_args = free,
+};

@@ -29,6 +29,8 @@
 #include <libnbd.h>
 
 #include "backend.h"
+#include "backend_type.h"
+#include "config_value.h"
 #include "engine_thread.h"
 #include "lock.h"
 #include "log.h"
@@ -859,3 +861,86 @@ fail:
   }
   return NULL;
 }
+
+/* ------------------------------------------------------------ type */
+
+struct nbd_args {
+  char *uri;
+  uint64_t reconnect_ns;        /* 0: no reconnect= */
+};
+
+static void *
+nbd_new_args (void)
+{
+  return calloc (1, sizeof (struct nbd_args));
+}
+
+/* Only the scheme is checked here; libnbd parses the rest and connects
+ * at open (before nbdkit forks), where its error still reaches the
+ * terminal.
+ */
+static int
+nbd_start (void *args, const char *disk, const char *value)
+{
+  static const char *const schemes[] = {
+    "nbd://", "nbds://", "nbd+unix://", "nbds+unix://",
+  };
+  struct nbd_args *a = args;
+  size_t i;
+
+  for (i = 0; i < sizeof schemes / sizeof schemes[0]; i++)
+    if (strncmp (value, schemes[i], strlen (schemes[i])) == 0)
+      break;
+  if (i == sizeof schemes / sizeof schemes[0]) {
+    log_error ("nbd=%s: not an NBD URI (nbd://, nbds://, nbd+unix://, "
+               "nbds+unix://) (disk=%s)", value, disk);
+    return -1;
+  }
+  if ((a->uri = strdup (value)) == NULL) {
+    log_error ("nbd: %m");
+    return -1;
+  }
+  return 0;
+}
+
+static int
+nbd_set (void *args, const char *disk, const char *key, const char *value)
+{
+  struct nbd_args *a = args;
+
+  return config_parse_delay (key, value, false, &a->reconnect_ns);
+}
+
+static struct backend *
+nbd_open_args (const void *args, bool readonly)
+{
+  const struct nbd_args *a = args;
+
+  return backend_nbd_open (a->uri, a->reconnect_ns);
+}
+
+static void
+nbd_free_args (void *args)
+{
+  struct nbd_args *a = args;
+
+  if (a)
+    free (a->uri);
+  free (a);
+}
+
+const struct backend_type backend_type_nbd = {
+  .name = "nbd",
+  .article = "an",
+  .value_name = "URI",
+  .keys = (const char *const[]) { "reconnect", NULL },
+  .summary = "remote NBD exports",
+  .help =
+  "nbd=<URI>                   Backend of the last disk=: a remote NBD export.\n"
+  "reconnect=<DELAY>           With nbd=: redial a lost server, backoff from DELAY.\n",
+  .new_args = nbd_new_args,
+  .start = nbd_start,
+  .set = nbd_set,
+  .open = nbd_open_args,
+  .free_args = nbd_free_args,
+};

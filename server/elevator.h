@@ -3,11 +3,14 @@
  * The queue keeps its pieces in two orders, by offset and by age, and
  * guarantees they never overlap, so an elevator only chooses: where the
  * next dispatch starts, and which piece may follow the last one in the
- * same backend operation.  A new elevator is one file with one of these.
+ * same backend operation.  A new elevator is one file with one of these
+ * plus its line in elevator.c's table; its name, help and the names that
+ * --help, --dump-plugin and elevator='s messages list come from there.
  */
 #ifndef PLUGQ_ELEVATOR_H
 #define PLUGQ_ELEVATOR_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "piece.h"
@@ -18,10 +21,24 @@ struct elevator_state {
   uint64_t head;                /* end of the last dispatch (C-LOOK) */
   /* While a FLUSH waits, pieces up to here must go first; 0 = none. */
   uint64_t barrier_seq;
+  /* The elevator's own state, set by its init and freed by its exit;
+   * NULL for an elevator without init.
+   */
+  void *private;
 };
 
 struct elevator_ops {
-  const char *name;
+  const char *name;             /* as elevator= names it */
+  /* One line for --help: what order it dispatches in. */
+  const char *help;
+  /* Optional.  A queue that uses the elevator calls init once, before
+   * its first dispatch and with private NULL, and exit once, after its
+   * last dispatch and only if init returned 0; no dispatch runs during
+   * either.  init sets up private and returns 0, or -1 after log_error,
+   * and then the queue does not start.  exit frees what init set up.
+   */
+  int (*init) (struct elevator_state *);
+  void (*exit) (struct elevator_state *);
   /* The piece the next dispatch starts with; the queue is not empty. */
   struct piece *(*first) (struct elevator_state *, uint64_t now_ns);
   /* The piece that may be merged after prev, or NULL. */
@@ -33,5 +50,13 @@ extern const struct elevator_ops elevator_noop;
 
 /* By name, NULL if unknown. */
 const struct elevator_ops *elevator_lookup (const char *name);
+
+/* The table in order: the i-th elevator, NULL past the last. */
+const struct elevator_ops *elevator_at (size_t i);
+
+/* Every name joined with sep ("deadline,noop").  Heap string, NULL if
+ * out of memory.
+ */
+char *elevator_names (const char *sep);
 
 #endif /* PLUGQ_ELEVATOR_H */

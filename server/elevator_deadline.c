@@ -59,6 +59,7 @@ deadline_next (struct elevator_state *e, struct piece *prev)
 
 const struct elevator_ops elevator_deadline = {
   .name = "deadline",
+  .help = "Sweep by offset; expired requests first.",
   .first = deadline_first,
   .next = deadline_next,
 };

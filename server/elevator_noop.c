@@ -25,6 +25,7 @@ noop_next (struct elevator_state *e, struct piece *prev)
 
 const struct elevator_ops elevator_noop = {
   .name = "noop",
+  .help = "Arrival order, no sorting.",
   .first = noop_first,
   .next = noop_next,
 };

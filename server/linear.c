@@ -176,6 +176,26 @@ combine_limits (struct linear *l)
     l->limits.maximum = l->limits.preferred;
 }
 
+/* A disk's export: its backend's description, with the size when it does
+ * not say it: "memory 1.0 GiB (sparse)", "file /srv/db.img (O_DIRECT),
+ * 10.0 GiB".
+ */
+static int
+describe_disk (struct linear *l)
+{
+  const struct backend *b = queue_backend (l->members[0]);
+  const char *desc = b->description ? b->description : b->ops->kind;
+  char size[32];
+
+  format_size (size, sizeof size, b->size);
+  if (strstr (desc, size))
+    l->description = strdup (desc);
+  else if ((l->description = malloc (strlen (desc) + strlen (size) + 3)))
+    sprintf (l->description, "%s, %s", desc, size);
+  return l->description ? 0 : -1;
+}
+
+/* A volume's: "linear volume 3.0 GiB: db, logs" (distinct disks). */
 static int
 describe (struct linear *l)
 {
@@ -183,10 +203,8 @@ describe (struct linear *l)
   size_t len = 0, cap = 64;
   char *d;
 
-  if (!l->is_volume) {
-    l->description = strdup (queue_backend (l->members[0])->description);
-    return l->description ? 0 : -1;
-  }
+  if (!l->is_volume)
+    return describe_disk (l);
   for (size_t i = 0; i < l->nr_members; i++)
     cap += strlen (queue_name (l->members[i])) + 2;
   if ((d = malloc (cap)) == NULL)

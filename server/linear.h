@@ -24,7 +24,10 @@ struct linear_row {
 };
 
 struct linear {
-  char *name;
+  char *name;                   /* the export's name */
+  /* The export's description: a disk's backend and size, or a volume's
+   * size and member disks.
+   */
   char *description;
   uint64_t size;
   struct linear_row *rows;
