@@ -10,10 +10,10 @@
 #include "backend_type.h"
 #include "name_list.h"
 
+#define BACKEND_TYPE_ENTRY(name) &backend_type_##name,
+
 static const struct backend_type *const types[] = {
-  &backend_type_file,
-  &backend_type_memory,
-  &backend_type_nbd,
+  BACKEND_TYPES (BACKEND_TYPE_ENTRY)
 };
 
 #define NR_TYPES (sizeof types / sizeof types[0])

@@ -4,7 +4,7 @@
  * all in one table, which the plugin walks for its key dispatch, its
  * checks, --help, --dump-plugin and its description.  A new backend is
  * therefore its own file (ops, open, and this type at its end) plus one
- * line in that table.
+ * entry in BACKEND_TYPES below.
  *
  * In the configuration a disk's backend is chosen by its starting key
  * (file=PATH) and tuned by further keys (direct=BOOL), all after the
@@ -51,9 +51,16 @@ struct backend_type {
   void (*free_args) (void *args);
 };
 
-extern const struct backend_type backend_type_file;
-extern const struct backend_type backend_type_memory;
-extern const struct backend_type backend_type_nbd;
+/* The table: every backend type, in the order --help lists them.  A new
+ * backend joins with one X (name) here, naming the backend_type_NAME its
+ * file defines; the declarations and backend_registry.c's table both
+ * come from this one line.
+ */
+#define BACKEND_TYPES(X) X (file) X (memory) X (nbd)
+
+#define BACKEND_TYPE_DECLARE(name) \
+  extern const struct backend_type backend_type_##name;
+BACKEND_TYPES (BACKEND_TYPE_DECLARE)
 
 /* The table in order: the i-th type, NULL past the last. */
 const struct backend_type *backend_type_at (size_t i);

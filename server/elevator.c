@@ -10,9 +10,10 @@
 #include "elevator.h"
 #include "name_list.h"
 
+#define ELEVATOR_ENTRY(name) &elevator_##name,
+
 static const struct elevator_ops *const elevators[] = {
-  &elevator_deadline,
-  &elevator_noop,
+  ELEVATORS (ELEVATOR_ENTRY)
 };
 
 #define NR_ELEVATORS (sizeof elevators / sizeof elevators[0])

@@ -4,7 +4,7 @@
  * guarantees they never overlap, so an elevator only chooses: where the
  * next dispatch starts, and which piece may follow the last one in the
  * same backend operation.  A new elevator is one file with one of these
- * plus its line in elevator.c's table; its name, help and the names that
+ * plus its entry in ELEVATORS below; its name, help and the names that
  * --help, --dump-plugin and elevator='s messages list come from there.
  */
 #ifndef PLUGQ_ELEVATOR_H
@@ -45,8 +45,15 @@ struct elevator_ops {
   struct piece *(*next) (struct elevator_state *, struct piece *prev);
 };
 
-extern const struct elevator_ops elevator_deadline;
-extern const struct elevator_ops elevator_noop;
+/* The table: every elevator, in the order --help lists them.  A new
+ * elevator joins with one X (name) here, naming the elevator_NAME its
+ * file defines; the declarations and elevator.c's table both come from
+ * this one line.
+ */
+#define ELEVATORS(X) X (deadline) X (noop)
+
+#define ELEVATOR_DECLARE(name) extern const struct elevator_ops elevator_##name;
+ELEVATORS (ELEVATOR_DECLARE)
 
 /* By name, NULL if unknown. */
 const struct elevator_ops *elevator_lookup (const char *name);

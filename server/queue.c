@@ -77,6 +77,21 @@ queue_init_fields (struct queue *q, struct backend *backend,
   unplug_timer_init (&q->timer, timer_fired, q);
 }
 
+/* Undoes queue_init_fields and what queue_new allocated before it. */
+static void
+queue_destroy (struct queue *q)
+{
+  batches_free (q);
+  data_buffer_spares_free (&q->spare_buffers);
+  buffer_pool_free (q->buffers);
+  lock_destroy (&q->lock);
+  pthread_cond_destroy (&q->dispatch_wake);
+  pthread_cond_destroy (&q->progress);
+  pthread_cond_destroy (&q->flushed);
+  free (q->name);
+  free (q);
+}
+
 struct queue *
 queue_new (const char *name, struct backend *backend,
            const struct queue_config *cfg)
@@ -97,6 +112,10 @@ queue_new (const char *name, struct backend *backend,
     return NULL;
   }
   queue_init_fields (q, backend, cfg);
+  if (cfg->elevator->init && cfg->elevator->init (&q->elevator) == -1) {
+    queue_destroy (q);
+    return NULL;
+  }
   return q;
 }
 
@@ -450,16 +469,10 @@ queue_free (struct queue *q)
   lock_acquire (&q->lock);      /* for the helpers' assertions */
   pieces_free (q);
   lock_release (&q->lock);
-  batches_free (q);
-  data_buffer_spares_free (&q->spare_buffers);
+  if (q->cfg.elevator->exit)
+    q->cfg.elevator->exit (&q->elevator);
   backend_close (q->backend);
-  buffer_pool_free (q->buffers);
-  lock_destroy (&q->lock);
-  pthread_cond_destroy (&q->dispatch_wake);
-  pthread_cond_destroy (&q->progress);
-  pthread_cond_destroy (&q->flushed);
-  free (q->name);
-  free (q);
+  queue_destroy (q);
 }
 
 void

@@ -765,6 +765,76 @@ test_fragments_are_not_merges (void)
           MODE);
 }
 
+/* An elevator with state of its own: deadline's order, plus a count of
+ * its dispatches kept in private.
+ */
+static int counting_inits, counting_exits, counting_fail;
+static uint64_t counting_seen;
+
+static int
+counting_init (struct elevator_state *e)
+{
+  counting_inits++;
+  if (counting_fail || e->private != NULL)
+    return -1;
+  e->private = calloc (1, sizeof (uint64_t));
+  return e->private ? 0 : -1;
+}
+
+static void
+counting_exit (struct elevator_state *e)
+{
+  counting_exits++;
+  counting_seen = *(uint64_t *) e->private;
+  free (e->private);
+}
+
+static struct piece *
+counting_first (struct elevator_state *e, uint64_t now_ns)
+{
+  ++*(uint64_t *) e->private;
+  return elevator_deadline.first (e, now_ns);
+}
+
+static const struct elevator_ops elevator_counting = {
+  .name = "counting", .help = "deadline, counting its dispatches",
+  .init = counting_init, .exit = counting_exit,
+  .first = counting_first, .next = NULL,
+};
+
+static void
+test_elevator_private_state (void)
+{
+  struct elevator_ops ops = elevator_counting;
+  struct queue_config cfg = test_config (HOUR, 1000);
+  struct test_rig r;
+  bool ok;
+
+  ops.next = elevator_deadline.next;
+  cfg.elevator = &ops;
+  counting_inits = counting_exits = counting_fail = 0;
+  counting_seen = 0;
+  ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
+  ok = ok && CHECK (counting_inits == 1 && counting_exits == 0);
+  ok = ok && CHECK (test_write_fill (r.d[0].q, NULL, 'a', 4 * KiB, 0, 0) == 0);
+  ok = ok && CHECK (test_write_fill (r.d[0].q, NULL, 'b', 4 * KiB, MiB,
+                                     0) == 0);
+  ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0);
+  test_rig_stop (&r);
+  ok = ok && CHECK (counting_exits == 1 && counting_seen >= 2);
+  /* An init that fails: no queue, and no exit for it. */
+  counting_fail = 1;
+  if (ok) {
+    struct backend *b = backend_memory_new (MiB);
+
+    ok = CHECK (b != NULL && queue_new ("failing", b, &cfg) == NULL);
+    backend_close (b);          /* a queue that failed did not take it */
+  }
+  ok = ok && CHECK (counting_inits == 2 && counting_exits == 1);
+  tap_ok (ok, "an elevator's init and exit bracket its queue's dispatches"
+          " (%" PRIu64 " dispatches counted)%s", counting_seen, MODE);
+}
+
 /* Four scattered writes, flushed: the offsets in backend order. */
 static bool
 dispatch_order (const struct elevator_ops *elevator, const uint64_t *want)
@@ -2046,6 +2116,7 @@ static void (*const every_mode[]) (void) = {
   test_merge,
   test_thresh_one_never_merges,
   test_fragments_are_not_merges,
+  test_elevator_private_state,
   test_newest_wins,
   test_zero_trim_ordering,
   test_read_while_in_flight,
