@@ -24,13 +24,18 @@ backend_type_at (size_t i)
   return i < NR_TYPES ? types[i] : NULL;
 }
 
+static const char *
+name_at (size_t i)
+{
+  return i < NR_TYPES ? types[i]->name : NULL;
+}
+
 const struct backend_type *
 backend_type_by_name (const char *key)
 {
-  for (size_t i = 0; i < NR_TYPES; i++)
-    if (strcmp (types[i]->name, key) == 0)
-      return types[i];
-  return NULL;
+  ptrdiff_t i = name_list_find (name_at, key);
+
+  return i >= 0 ? types[i] : NULL;
 }
 
 const struct backend_type *
@@ -41,12 +46,6 @@ backend_type_by_key (const char *key)
       if (strcmp (*k, key) == 0)
         return types[i];
   return NULL;
-}
-
-static const char *
-name_at (size_t i)
-{
-  return i < NR_TYPES ? types[i]->name : NULL;
 }
 
 char *

@@ -5,8 +5,6 @@
  */
 #include <config.h>
 
-#include <string.h>
-
 #include "elevator.h"
 #include "name_list.h"
 
@@ -24,19 +22,18 @@ elevator_at (size_t i)
   return i < NR_ELEVATORS ? elevators[i] : NULL;
 }
 
-const struct elevator_ops *
-elevator_lookup (const char *name)
-{
-  for (size_t i = 0; i < NR_ELEVATORS; i++)
-    if (strcmp (elevators[i]->name, name) == 0)
-      return elevators[i];
-  return NULL;
-}
-
 static const char *
 name_at (size_t i)
 {
   return i < NR_ELEVATORS ? elevators[i]->name : NULL;
+}
+
+const struct elevator_ops *
+elevator_lookup (const char *name)
+{
+  ptrdiff_t i = name_list_find (name_at, name);
+
+  return i >= 0 ? elevators[i] : NULL;
 }
 
 char *

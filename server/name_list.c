@@ -1,4 +1,4 @@
-/* plugq: a registry's names as one string, for help and messages. */
+/* plugq: a registry's names (name_list.h). */
 #include <config.h>
 
 #include <stdlib.h>
@@ -25,4 +25,15 @@ name_list_join (const char *(*name_at) (size_t i), const char *sep)
     strcat (s, name);
   }
   return s;
+}
+
+ptrdiff_t
+name_list_find (const char *(*name_at) (size_t i), const char *name)
+{
+  const char *n;
+
+  for (size_t i = 0; (n = name_at (i)) != NULL; i++)
+    if (strcmp (n, name) == 0)
+      return (ptrdiff_t) i;
+  return -1;
 }

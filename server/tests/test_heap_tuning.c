@@ -133,11 +133,7 @@ main (void)
 int
 main (void)
 {
-  tap_plan (CASES);
-  for (int i = 0; i < CASES; i++)
-    printf ("ok %d # SKIP malloc is not glibc's here (sanitizer or libc)\n",
-            i + 1);
-  return 0;
+  return tap_skip_all (CASES, "malloc is not glibc's here (sanitizer or libc)");
 }
 
 #endif

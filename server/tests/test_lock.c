@@ -189,10 +189,7 @@ main (void)
 int
 main (void)
 {
-  tap_plan (CASES);
-  for (int i = 0; i < CASES; i++)
-    printf ("ok %d # SKIP built without --enable-lock-checks\n", i + 1);
-  return EXIT_SUCCESS;
+  return tap_skip_all (CASES, "built without --enable-lock-checks");
 }
 
 #endif
