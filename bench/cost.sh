@@ -385,7 +385,7 @@ measure_workload() {
 # (its build directory's Makefile names the source tree), the last commit
 # that changed the plugin's sources, "-dirty" if they have uncommitted
 # changes, and "STALE" if a source is newer than the plugin file.
-PLUGIN_SOURCES=(server plugin configure.ac Makefile.am)
+PLUGIN_SOURCES=(server plugin)
 build_id() {
   local dir top head src dirty='' stale=''
   [ -n "$PLUGIN" ] && [ -f "$PLUGIN" ] || { echo "no plugin"; return; }
@@ -398,7 +398,7 @@ build_id() {
   [ -z "$(cd "$top" && git status --porcelain --untracked-files=no -- "${PLUGIN_SOURCES[@]}")" ] ||
     dirty=-dirty
   [ -z "$(cd "$top" && find "${PLUGIN_SOURCES[@]}" -newer "$PLUGIN" -type f \
-            \( -name '*.[ch]' -o -name '*.am' -o -name '*.ac' \) -print -quit)" ] ||
+            -name '*.[ch]' -print -quit)" ] ||
     stale=", STALE: a source is newer than the plugin"
   echo "$head$dirty (plugin sources last changed in $src$stale)"
 }
