@@ -151,9 +151,9 @@ fill_file() {
   bytes=$(size_bytes "$2")
   rm -f "$path"
   # Not zeroes from /dev/zero straight: tr makes a non-zero byte pattern so
-  # no layer can keep the file sparse.
-  tr '\0' '\132' < /dev/zero |
-    dd of="$path" bs=4k count=$((bytes / 4096)) iflag=fullblock \
-       status=none 2>/dev/null
+  # no layer can keep the file sparse.  tr dies of SIGPIPE when dd has
+  # enough: a process substitution keeps that out of a pipefail status.
+  dd of="$path" bs=4k count=$((bytes / 4096)) iflag=fullblock \
+     status=none 2>/dev/null < <(tr '\0' '\132' < /dev/zero)
   sync "$path"
 }

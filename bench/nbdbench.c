@@ -44,7 +44,8 @@ struct options {
   uint64_t bs;
   unsigned qd;              /* in flight per connection, flushes included */
   double secs;
-  uint64_t nreq;            /* 0: time based only */
+  uint64_t nreq;            /* with nreq_set: stop after nreq data requests */
+  bool nreq_set;            /* -n given; -n 0 connects and disconnects only */
   uint64_t flush_every;     /* FLUSH after every N writes (all connections) */
   uint64_t flush_interval_us; /* FLUSH every T us on the first connection */
   bool barrier;
@@ -175,6 +176,7 @@ usage (FILE *fp)
 "                [-r READPCT] [-c CONNS] [-S SPAN] [-s SEED]\n"
 "  -q QD     requests in flight per connection (flushes count) [16]\n"
 "  -t SECS   stop issuing after SECS [10 unless -n]; -n REQS after REQS data requests\n"
+"            (-n 0: connect and disconnect only, the baseline of a cost run)\n"
 "  -f N      FLUSH after exactly every N writes (counted over all connections)\n"
 "  -I USECS  FLUSH every USECS microseconds on the first connection\n"
 "  -B        flushes are barriers: drain all writes, flush, then continue\n"
@@ -253,7 +255,7 @@ parse_options (struct options *o, int argc, char **argv)
     case 'b': o->bs = parse_size (optarg); break;
     case 'q': o->qd = (unsigned) parse_size (optarg); break;
     case 't': o->secs = atof (optarg); break;
-    case 'n': o->nreq = parse_size (optarg); break;
+    case 'n': o->nreq = parse_size (optarg); o->nreq_set = true; break;
     case 'f': o->flush_every = parse_size (optarg); break;
     case 'I': o->flush_interval_us = parse_size (optarg); break;
     case 'B': o->barrier = true; break;
@@ -271,7 +273,7 @@ parse_options (struct options *o, int argc, char **argv)
     usage (stderr);
     exit (2);
   }
-  if (o->secs <= 0 && o->nreq == 0)
+  if (o->secs <= 0 && !o->nreq_set)
     o->secs = 10;
   if (o->mode == MODE_RANDREAD || o->mode == MODE_READ)
     o->read_pct = 100;
@@ -404,7 +406,7 @@ submit_all (struct bench *b)
       if (c->flush_due)
         submit_flush (b, c);
       else if (want_data (b) &&
-               (b->o.nreq == 0 || b->data_issued < b->o.nreq))
+               (!b->o.nreq_set || b->data_issued < b->o.nreq))
         submit_data (b, c);
       else
         break;
@@ -453,7 +455,7 @@ tick (struct bench *b, uint64_t t)
 {
   if (b->o.secs > 0 && t >= b->end_ns)
     b->stopping = true;
-  if (b->o.nreq && b->data_issued >= b->o.nreq)
+  if (b->o.nreq_set && b->data_issued >= b->o.nreq)
     b->stopping = true;
   if (b->o.flush_interval_us == 0 || b->stopping || t < b->next_flush_ns)
     return;

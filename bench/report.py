@@ -3,6 +3,9 @@
 
   report.py quick OUT        print the issue-3 targets (and write OUT/quick.md)
   report.py full OUT DOCS    write DOCS/benchmarks.md and DOCS/bench/*.png
+  report.py cost COST_OUT DOCS  cost per request (bench/cost.sh): write
+                             COST_OUT/cost.md, and the "Cost per request"
+                             section of DOCS/benchmarks-quick.md
 
 Nothing in the report is typed by hand: every figure is read from
 OUT/results.jsonl and OUT/machine.txt, and every ratio pairs two
@@ -407,8 +410,259 @@ def full(out, docs):
     print(f"wrote {os.path.join(docs, 'benchmarks.md')}")
 
 
+# --- cost per request (bench/cost.sh) --------------------------------------------
+
+COST_LABELS = {
+    "plugq:memory": "plugq", "plugq:disk": "plugq", "plugq:disk-direct": "plugq direct=true",
+    "plugq:remote": "plugq nbd=", "nbdkit-memory:memory": "nbdkit memory",
+    "nbdkit-file:disk": "nbdkit file", "nbdkit-nbd:remote": "nbdkit nbd",
+    "qemu-nbd:disk-direct": "qemu-nbd --cache=none", "dd:disk-direct": "dd oflag=direct (no server)",
+}
+# (row, tool, figure of a record, digits)
+COST_ROWS = [
+    ("instructions / request", "callgrind", lambda r: r["ir"], 0),
+    ("user µs / request", "rusage", lambda r: r["utime_us"], 2),
+    ("sys µs / request", "rusage", lambda r: r["stime_us"], 2),
+    ("user+sys µs / request", "rusage", lambda r: r["utime_us"] + r["stime_us"], 2),
+    ("voluntary context switches / request", "rusage", lambda r: r["nvcsw"], 3),
+    ("involuntary context switches / request", "rusage", lambda r: r["nivcsw"], 3),
+    ("syscalls / request", "strace", lambda r: r["syscalls"], 2),
+]
+# Rows from the timed runs' rusage: (row, figure of a record, digits).
+COST_TIMED_ROWS = [
+    ("user+sys µs / request, timed runs", lambda r: r["utime_us"] + r["stime_us"], 2),
+    ("voluntary context switches / request, timed runs", lambda r: r["nvcsw"], 3),
+    ("involuntary context switches / request, timed runs", lambda r: r["nivcsw"], 3),
+]
+# The settings below which a cost run is a test of the bench, not a figure.
+COST_SMOKE = {"N": 4000, "RUNS": 3, "RUNTIME": 3}
+
+
+def cost_label(sb):
+    return COST_LABELS.get(sb, sb)
+
+
+def cost_fixed(recs, tool, wl, sb, disks):
+    """(run with the workload's N requests, zero-request run) of one server."""
+    server, backend = sb.split(":", 1)
+    full = pick(recs, kind="fixed", tool=tool, workload=wl, server=server, backend=backend)
+    zero = pick(recs, kind="fixed", tool=tool, workload="zero", server=server,
+                backend=backend, disks=disks)
+    return (full[-1] if full else None), (zero[-1] if zero else None)
+
+
+def per_request(recs, tool, wl, sb, disks, fn):
+    full, zero = cost_fixed(recs, tool, wl, sb, disks)
+    if not full or not zero or not full.get("requests"):
+        return None
+    try:
+        return (fn(full) - fn(zero)) / full["requests"]
+    except KeyError:
+        return None
+
+
+def top_syscalls(recs, wl, sb, disks, k=4):
+    full, zero = cost_fixed(recs, "strace", wl, sb, disks)
+    if not full or not zero:
+        return "–"
+    per = {name[3:]: (v - zero.get(name, 0)) / full["requests"]
+           for name, v in full.items() if name.startswith("sc_")}
+    top = sorted(per.items(), key=lambda kv: -kv[1])[:k]
+    return ", ".join(f"{name} {v:.2f}" for name, v in top)
+
+
+def rate_recs(recs, wl, sb, **more):
+    server, backend = sb.split(":", 1)
+    return pick(recs, kind="rate", workload=wl, server=server, backend=backend, **more)
+
+
+def timed_per_request(recs, zero, fn):
+    """Each timed run's figure per request, the zero-request run subtracted,
+    as records keyed by run (for paired_ratio)."""
+    out = []
+    for r in recs:
+        if zero is None or not r.get("reqs") or "utime_us" not in r:
+            continue
+        out.append({"run": r["run"], "v": (fn(r) - fn(zero)) / r["reqs"]})
+    return out
+
+
+def fmt_opt(v, digits):
+    return "–" if v is None else fmt_num(v, digits)
+
+
+def cost_workload(recs, w):
+    wl, disks = w["workload"], w["disks"]
+    servers = w["servers"].split()
+    measured = [s for s in servers if not s.startswith("dd:")]
+    ref = measured[-1]
+    others = [s for s in measured if s != ref]
+    header = (["per request, server process only"] + [cost_label(s) for s in servers]
+              + [f"{cost_label(s)} ÷ {cost_label(ref)}" for s in others])
+    rows = []
+    for name, tool, fn, digits in COST_ROWS:
+        vals = {s: per_request(recs, tool, wl, s, disks, fn) for s in measured}
+        ratios = [None if vals[s] is None or not vals[ref] else vals[s] / vals[ref]
+                  for s in others]
+        rows.append([name] + [fmt_opt(vals.get(s), digits) for s in servers]
+                    + [fmt_opt(r, 2) for r in ratios])
+    rows.append(["most frequent syscalls / request"]
+                + [top_syscalls(recs, wl, s, disks) if s in measured else "–" for s in servers]
+                + [""] * len(others))
+    mode = {"mode": "flush"} if wl == "W9" else {}
+    rate = {s: rate_recs(recs, wl, s, **mode) for s in servers}
+    rows.append(["requests/s, median (min–max)"]
+                + [fmt_spread(spread([r["iops"] for r in rate[s]])) for s in servers]
+                + [fmt_spread(spread(paired_ratio(rate[s], rate[ref])), 2) for s in others])
+    for name, fn, digits in COST_TIMED_ROWS:
+        per = {s: timed_per_request(rate[s], cost_fixed(recs, "rusage", wl, s, disks)[1], fn)
+               for s in measured}
+        rows.append([name] + [fmt_spread(spread([p["v"] for p in per[s]]), digits)
+                              if s in per else "–" for s in servers]
+                    + [fmt_spread(spread(paired_ratio(per[s], per[ref], "v")), 2)
+                       for s in others])
+    dd = [s for s in servers if s.startswith("dd:")]
+    if dd:
+        rows.append([f"requests/s ÷ {cost_label(dd[0])}, same run"]
+                    + [fmt_spread(spread(paired_ratio(rate[s], rate[dd[0]])), 2)
+                       if s in measured else "–" for s in servers] + [""] * len(others))
+    if wl == "W9":
+        on = {s: rate_recs(recs, wl, s, mode="flush") for s in measured}
+        off = {s: rate_recs(recs, wl, s, mode="noflush") for s in measured}
+        idle = {s: rate_recs(recs, wl, s, mode="alone") for s in measured}
+        for what, recs_of, key in (
+                ("requests/s, the other 7 disks, disk 0 written and flushed every ms", on,
+                 "others_iops"),
+                ("requests/s, the other 7 disks, disk 0 written, no flushes", off, "others_iops"),
+                ("requests/s, the other 7 disks, disk 0 idle", idle, "others_iops"),
+                ("requests/s, all 8 disks, no flushes", off, "iops"),
+                ("FLUSHes/s on disk 0", on, None)):
+            vals = [fmt_spread(spread([(r["d0_flushes"] / r["runtime"]) if key is None else r[key]
+                                       for r in recs_of[s]])) for s in measured]
+            ratios = ([fmt_spread(spread(paired_ratio(recs_of[s], recs_of[ref], key)), 2)
+                       for s in others] if key else [""] * len(others))
+            rows.append([what] + vals + ["–"] * (len(servers) - len(measured)) + ratios)
+        for what, base in (("the other 7: disk 0 flushed ÷ not flushed, same run", off),
+                           ("the other 7: disk 0 flushed ÷ idle, same run", idle)):
+            rows.append([what]
+                        + [fmt_spread(spread(paired_ratio(on[s], base[s], "others_iops")), 3)
+                           for s in measured]
+                        + ["–"] * (len(servers) - len(measured)) + [""] * len(others))
+    title = (f"### {wl}: {w['what']}\n\n"
+             f"`nbdbench {w['client']}`, {w['requests']} requests per fixed-count run"
+             + (", over 8 disks (one eighth on disk 0)" if disks > 1 else "")
+             + "; requests/s " + ("with disk 0 flushed every ms " if wl == "W9" else "")
+             + f"from {len(rate[ref])} timed run{'s' if len(rate[ref]) != 1 else ''}.")
+    return title + "\n\n" + table(header, rows)
+
+
+def cost_noise(recs):
+    runs = [r for r in recs if r.get("kind") in ("fixed", "rate")]
+    load1 = spread([float(str(r[k]).split("/")[0]) for r in runs
+                    for k in ("loadavg_before", "loadavg_after") if k in r])
+    return f"1-min load average before and after each run: {fmt_spread(load1, 2)}."
+
+
+def cost_raw(recs):
+    rows = []
+    for r in recs:
+        if r.get("kind") == "fixed":
+            fig = {"callgrind": lambda: f"{r['ir']:,} instructions",
+                   "rusage": lambda: (f"user {r['utime_us']} µs, sys {r['stime_us']} µs, "
+                                      f"cs {r['nvcsw']}/{r['nivcsw']}"),
+                   "strace": lambda: f"{r['syscalls']:,} syscalls"}[r["tool"]]()
+            rows.append((r["workload"], r["tool"], cost_label(f"{r['server']}:{r['backend']}"),
+                         r["requests"], fig, f"{r['loadavg_before']} → {r['loadavg_after']}"))
+        elif r.get("kind") == "rate":
+            fig = f"{fmt_num(r['iops'])} req/s"
+            if "others_iops" in r:
+                fig += f" ({r['mode']}: the other 7 {fmt_num(r['others_iops'])})"
+            rows.append((r["workload"], f"rate run {r['run']}",
+                         cost_label(f"{r['server']}:{r['backend']}"), f"{r['runtime']} s", fig,
+                         f"{r['loadavg_before']} → {r['loadavg_after']}"))
+    return table(["workload", "measurement", "server", "requests / time", "figure",
+                  "load average"], rows)
+
+
+def cost_text(recs, level):
+    """The report; level is the markdown level of its title."""
+    meta = (pick(recs, kind="meta") or [{}])[0]
+    end = (pick(recs, kind="end") or [{}])[0]
+    h = "#" * level
+    smoke = [f"{k}={meta.get(k)}" for k, least in COST_SMOKE.items()
+             if isinstance(meta.get(k), (int, float)) and meta[k] < least]
+    parts = [
+        f"{h} Cost per request",
+        "Generated by `make -C bench cost` (bench/cost.sh, `report.py cost`); do not edit by "
+        "hand. Per request and for the server process only: instructions from "
+        "`valgrind --tool=callgrind` (counted from after the server's start and fill), user/sys time and context switches from the server's "
+        "wait4() rusage (all its threads), syscalls from `strace -c -f`, each as (run with N "
+        "requests − run with none) / N; requests/s from timed runs, median (min–max), ratios "
+        "paired within a run. Servers alternate (A B A B …) within each workload. "
+        "The user/sys split is the kernel's tick sampling scaled to the exact sum: read "
+        "user+sys when they disagree. The timed runs' servers run under the same rusage "
+        "wrapper: their rows divide by every request of a timed run (zero-request run "
+        "subtracted), many more than N, and give the median over the runs.",
+        f"- build **{meta.get('build', '?')}** ({meta.get('plugin', '?')}), {meta.get('date', '?')}\n"
+        f"- load average (1/5/15 min) at start {meta.get('loadavg_start', '?')}, at end "
+        f"{end.get('loadavg_end', '?')}; {cost_noise(recs)}\n"
+        f"- N={meta.get('N')} (1 MiB workloads {meta.get('N_LARGE')}), RUNTIME={meta.get('RUNTIME')} s, "
+        f"RUNS={meta.get('RUNS')}, files {meta.get('FILE_SIZE')} (W9: 8 × {meta.get('ISO_SIZE')}), "
+        f"memory {meta.get('MEM_SIZE')} used over {meta.get('SPAN')}; took "
+        f"{end.get('duration_s', 0) // 60} min {end.get('duration_s', 0) % 60} s\n"
+        f"- {meta.get('machine', '?')}; {meta.get('versions', '?')}",
+    ]
+    if smoke:
+        parts.append(f"**Smoke settings ({', '.join(smoke)}): these figures test the bench "
+                     "on whatever machine ran it; they are not a measurement.**")
+    for w in pick(recs, kind="workload"):
+        parts.append(cost_workload(recs, w).replace("### ", "#" * (level + 1) + " ", 1))
+    return parts
+
+
+def replace_section(path, heading, text):
+    """Replace the section starting at the line HEADING (up to the next
+    heading of the same level) with TEXT, or append it."""
+    lines = open(path).read().split("\n") if os.path.exists(path) else []
+    level = heading.split(" ")[0]
+    try:
+        start = lines.index(heading)
+        end = next((i for i in range(start + 1, len(lines))
+                    if lines[i].startswith(level + " ")), len(lines))
+        new = lines[:start] + text.rstrip("\n").split("\n") + [""] + lines[end:]
+    except ValueError:
+        while lines and lines[-1] == "":
+            lines.pop()
+        new = lines + [""] + text.rstrip("\n").split("\n") + [""]
+    with open(path, "w") as f:
+        f.write("\n".join(new).rstrip("\n") + "\n")
+
+
+def cost(out, docs):
+    recs = load_jsonl(os.path.join(out, "results.jsonl"))
+    parts = cost_text(recs, 1)
+    parts[0] = "# plugq: cost per request"
+    text = "\n\n".join(parts + ["## Every measurement", cost_raw(recs)]) + "\n"
+    with open(os.path.join(out, "cost.md"), "w") as f:
+        f.write(text)
+    print(text)
+    os.makedirs(docs, exist_ok=True)
+    doc = os.path.join(docs, "benchmarks-quick.md")
+    replace_section(doc, "## Cost per request", "\n\n".join(cost_text(recs, 2)))
+    print(f"wrote {os.path.join(out, 'cost.md')} and the cost section of {doc}")
+
+
+def load_jsonl(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 def main(argv):
-    if len(argv) >= 3 and argv[1] == "quick":
+    if len(argv) >= 4 and argv[1] == "cost":
+        cost(argv[2], argv[3])
+    elif len(argv) >= 3 and argv[1] == "quick":
         quick(argv[2])
     elif len(argv) >= 4 and argv[1] == "full":
         full(argv[2], argv[3])

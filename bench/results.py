@@ -9,6 +9,8 @@ plugq's stats JSON) is read here, with the json module, in one place.
   results.py nbdbench OUT.txt         -> the line's pairs plus reqs
   results.py plugq BEFORE.json AFTER.json  -> counter deltas of every disk
   results.py stats-time STATS.json    -> the snapshot's timestamp (0 if none)
+  results.py callgrind CALLGRIND.OUT  -> ir (instructions, all threads)
+  results.py strace STRACE-C.TXT      -> syscalls, and sc_NAME calls of each
   results.py emit RESULTS.jsonl k=v ...   -> one JSON object per line
 """
 import json
@@ -116,6 +118,38 @@ def plugq_pairs(before_path, after_path):
     return out
 
 
+def callgrind_pairs(path):
+    """The totals: line of a callgrind output file (events: Ir, so the
+    first number is instructions executed, every thread summed)."""
+    with open(path) as f:
+        for line in f:
+            if line.startswith("totals:"):
+                return {"ir": int(line.split()[1])}
+    raise SystemExit(f"{path}: no totals: line (did valgrind finish?)")
+
+
+def strace_pairs(path, top=None):
+    """strace -c -f's table: the total calls, and each syscall's (TOP of them).
+    Columns: % time, seconds, usecs/call, calls, [errors,] syscall."""
+    calls = {}
+    total = None
+    with open(path) as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) < 5 or not fields[3].isdigit():
+                continue
+            if fields[-1] == "total":
+                total = int(fields[3])
+            else:
+                calls[fields[-1]] = int(fields[3])
+    if total is None:
+        raise SystemExit(f"{path}: no total line (did strace finish?)")
+    out = {"syscalls": total}
+    for name, n in sorted(calls.items(), key=lambda kv: -kv[1])[:top]:
+        out[f"sc_{name}"] = n
+    return out
+
+
 def stats_time(path):
     return load_stats(path).get("timestamp", 0)
 
@@ -146,6 +180,10 @@ def main(argv):
         print(pairs(nbdbench_pairs(args[0])))
     elif cmd == "plugq":
         print(pairs(plugq_pairs(args[0], args[1])))
+    elif cmd == "callgrind":
+        print(pairs(callgrind_pairs(args[0])))
+    elif cmd == "strace":
+        print(pairs(strace_pairs(args[0])))
     elif cmd == "stats-time":
         print(stats_time(args[0]))
     elif cmd == "emit":

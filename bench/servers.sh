@@ -11,9 +11,20 @@
 #          ack=queued) and the same with -dispatched (ack=dispatched);
 #          nbdkit-file nbdkit-memory nbdkit-file-cachewb nbd-server qemu-nbd;
 #          nbdkit-null (answers at once, stores nothing: the most a plugin
-#          could give on this machine, for reading the issue-3 (c) figures)
+#          could give on this machine, for reading the issue-3 (c) figures);
+#          nbdkit-nbd (nbdkit's nbd plugin, for the remote backend)
 # BACKEND: disk (file on $WORK, page cache), disk-direct (same file with
-#          O_DIRECT), shm (file on /dev/shm), memory (RAM inside the server)
+#          O_DIRECT), shm (file on /dev/shm), memory (RAM inside the server),
+#          remote (an NBD export: nbdkit memory behind the delay filter,
+#          REMOTE_DELAY per write, started and stopped with the server)
+#
+# Optional:
+#   SRV_WRAP=(CMD ARGS...)  run nbdkit/qemu-nbd under CMD (valgrind, strace,
+#                           bench/rusage); the server still runs in the
+#                           foreground, so SRV_PID is the server itself and
+#                           stop_server also waits for the wrapper.
+#   SRV_WAIT_TRIES=200      50 ms polls for the pid file (valgrind is slow)
+#   PLUGQ_STATS=0           no stats= file (it costs CPU every interval)
 #
 # Needs: RUNDIR, WORK, SHM, SIZE, PLUGIN (for plugq), lib.sh.
 
@@ -39,6 +50,7 @@ server_supports() {
     nbdkit-file:disk|nbdkit-file:shm) ;;
     nbdkit-memory:memory) ;;
     nbdkit-null:disk) ;;
+    nbdkit-nbd:remote|plugq*:remote) ;;
     nbdkit-file-cachewb:disk) ;;
     nbd-server:disk|nbd-server:shm) ;;
     qemu-nbd:disk|qemu-nbd:disk-direct|qemu-nbd:shm) ;;
@@ -61,9 +73,13 @@ backing_dir() {
 backing_path() { echo "$(backing_dir "$1")/disk$2.img"; }
 
 SRV_PID=
+SRV_JOB=
 SRV_SOCK=
 SRV_STATS=
 SRV_URIS=()
+SRV_WRAP=()
+REMOTE_PID=
+REMOTE_SOCK=
 
 # wait_for_file PATH [TRIES]: pidfiles and sockets appear after listen().
 wait_for_file() {
@@ -79,10 +95,12 @@ plugq_cmd() {
   local name=$1 backend=$2 n=$3 i extra
   extra=$(plugq_variant_args "$name") || return 1
   # Queue keys before any disk= are the defaults for every disk.
-  echo "$PLUGIN $extra stats=$SRV_STATS stats-interval=${STATS_INTERVAL:-200ms}"
+  echo "$PLUGIN $extra"
+  [ -z "$SRV_STATS" ] || echo "stats=$SRV_STATS stats-interval=${STATS_INTERVAL:-200ms}"
   for ((i = 0; i < n; i++)); do
     case $backend in
       memory) echo "disk=d$i memory=$SIZE" ;;
+      remote) echo "disk=d$i nbd=nbd+unix:///?socket=$REMOTE_SOCK" ;;
       disk-direct) echo "disk=d$i file=$(backing_path disk "$i") direct=true" ;;
       *) echo "disk=d$i file=$(backing_path "$backend" "$i")" ;;
     esac
@@ -91,12 +109,41 @@ plugq_cmd() {
 }
 
 # start_nbdkit ARGS...: foreground nbdkit in the background, so its log
-# stays ours and its pid is the process that does the work.
+# stays ours and its pid is the process that does the work.  Under
+# SRV_WRAP, SRV_JOB is the wrapper and SRV_PID still nbdkit (from -P).
 start_nbdkit() {
-  nbdkit -f -U "$SRV_SOCK" -P "$RUNDIR/pid" "$@" \
+  "${SRV_WRAP[@]}" nbdkit -f -U "$SRV_SOCK" -P "$RUNDIR/pid" "$@" \
     </dev/null >>"$RUNDIR/server.log" 2>&1 &
-  wait_for_file "$RUNDIR/pid" || return 1
+  SRV_JOB=$!
+  wait_for_file "$RUNDIR/pid" "${SRV_WAIT_TRIES:-200}" || return 1
   SRV_PID=$(cat "$RUNDIR/pid")
+}
+
+# start_remote: the remote backend, nbdkit memory with REMOTE_DELAY added
+# to every write, on its own socket; never wrapped, its cost is not the
+# front server's.
+start_remote() {
+  REMOTE_SOCK=$RUNDIR/remote.sock
+  rm -f "$REMOTE_SOCK" "$RUNDIR/remote.pid"
+  nbdkit -f -U "$REMOTE_SOCK" -P "$RUNDIR/remote.pid" --filter=delay \
+    memory "${REMOTE_SIZE:-$SIZE}" delay-write="${REMOTE_DELAY:-1ms}" \
+    </dev/null >>"$RUNDIR/remote.log" 2>&1 &
+  REMOTE_PID=$!
+  wait_for_file "$RUNDIR/remote.pid" || return 1
+}
+
+stop_remote() {
+  local i
+  [ -n "$REMOTE_PID" ] || return 0
+  kill -TERM "$REMOTE_PID" 2>/dev/null || true
+  for ((i = 0; i < 1200; i++)); do
+    kill -0 "$REMOTE_PID" 2>/dev/null || break
+    sleep 0.05
+  done
+  kill -KILL "$REMOTE_PID" 2>/dev/null || true
+  wait "$REMOTE_PID" 2>/dev/null || true
+  rm -f "$REMOTE_SOCK"
+  REMOTE_PID=
 }
 
 start_nbd_server() {
@@ -114,13 +161,16 @@ start_nbd_server() {
   SRV_PID=$(cat "$RUNDIR/pid")
 }
 
+# qemu-nbd in the foreground, like nbdkit: a wrapper can then wait4 it.
 start_qemu_nbd() {
   local backend=$1 cache=writeback
   [ "$backend" = disk-direct ] && cache=none
-  qemu-nbd -f raw -k "$SRV_SOCK" -t -e 16 --pid-file="$RUNDIR/pid" --fork \
+  "${SRV_WRAP[@]}" qemu-nbd -f raw -k "$SRV_SOCK" -t -e 16 --pid-file="$RUNDIR/pid" \
     --cache=$cache --aio=threads --discard=unmap -x disk0.img \
-    "$(backing_path "${backend/-direct/}" 0)" >>"$RUNDIR/server.log" 2>&1 || return 1
-  wait_for_file "$RUNDIR/pid" || return 1
+    "$(backing_path "${backend/-direct/}" 0)" </dev/null >>"$RUNDIR/server.log" 2>&1 &
+  SRV_JOB=$!
+  wait_for_file "$RUNDIR/pid" "${SRV_WAIT_TRIES:-200}" &&
+    wait_for_file "$SRV_SOCK" "${SRV_WAIT_TRIES:-200}" || return 1
   SRV_PID=$(cat "$RUNDIR/pid")
 }
 
@@ -131,7 +181,7 @@ set_uris() {
   for ((i = 0; i < n; i++)); do
     case $name in
       plugq*) ename=d$i ;;
-      nbdkit-memory|nbdkit-file-cachewb|nbdkit-null) ename='' ;;
+      nbdkit-memory|nbdkit-file-cachewb|nbdkit-null|nbdkit-nbd) ename='' ;;
       nbdkit-file) [ "$n" -gt 1 ] && ename=disk$i.img || ename='' ;;
       *) ename=disk$i.img ;;
     esac
@@ -143,15 +193,19 @@ start_server() {
   local name=$1 backend=$2 n=${3:-1}
   server_supports "$name" "$backend" || return 1
   mkdir -p "$RUNDIR"
-  SRV_SOCK=$RUNDIR/sock SRV_STATS='' SRV_PID=
+  SRV_SOCK=$RUNDIR/sock SRV_STATS='' SRV_PID='' SRV_JOB=''
   rm -f "$SRV_SOCK" "$RUNDIR/pid" "$RUNDIR/stats.json"
   echo "=== $(date +%T) start $name $backend x$n" >>"$RUNDIR/server.log"
+  if [ "$backend" = remote ]; then
+    start_remote || { log "could not start the remote (see $RUNDIR/remote.log)"; stop_remote; return 1; }
+  fi
   case $name in
     plugq*)
-      SRV_STATS=$RUNDIR/stats.json
+      [ "${PLUGQ_STATS:-1}" = 0 ] || SRV_STATS=$RUNDIR/stats.json
       # shellcheck disable=SC2046 # one word per key=value, by design
       start_nbdkit $(plugq_cmd "$name" "$backend" "$n") ;;
     nbdkit-memory) start_nbdkit memory "$SIZE" ;;
+    nbdkit-nbd) start_nbdkit nbd socket="$REMOTE_SOCK" ;;
     nbdkit-null) start_nbdkit null "$SIZE" ;;
     nbdkit-file)
       if [ "$n" -gt 1 ]; then start_nbdkit file dir="$(backing_dir "$backend")"
@@ -160,26 +214,37 @@ start_server() {
       TMPDIR=$WORK start_nbdkit --filter=cache file "$(backing_path disk 0)" cache=writeback ;;
     nbd-server) start_nbd_server "$backend" "$n" ;;
     qemu-nbd) start_qemu_nbd "$backend" ;;
-  esac || { log "could not start $name on $backend (see $RUNDIR/server.log)"; return 1; }
+  esac || { log "could not start $name on $backend (see $RUNDIR/server.log)"; stop_server; return 1; }
   set_uris "$name" "$n"
 }
 
 # stop_server: SIGTERM lets plugq drain its queues and write its final
 # stats; nbdkit 1.32 leaves its socket behind, so remove it ourselves.
+# Then the wrapper, if any, has written its figures; then the remote goes.
+# Safe under set -e, and when the server never wrote its pid file (the
+# wrapper's job is then stopped instead).
 stop_server() {
   local pids i
-  [ -n "$SRV_PID" ] || return 0
-  pids=$(descendants "$SRV_PID")
-  kill -TERM $pids 2>/dev/null
-  for ((i = 0; i < 1200; i++)); do
-    kill -0 "$SRV_PID" 2>/dev/null || break
-    sleep 0.05
-  done
-  if kill -0 "$SRV_PID" 2>/dev/null; then
-    log "server $SRV_PID ignored SIGTERM for 60 s; killing it"
-    kill -KILL $pids 2>/dev/null
+  if [ -z "$SRV_PID" ] && [ -n "$SRV_JOB" ] && kill -0 "$SRV_JOB" 2>/dev/null; then
+    SRV_PID=$SRV_JOB
   fi
-  wait "$SRV_PID" 2>/dev/null
+  if [ -n "$SRV_PID" ]; then
+    pids=$(descendants "$SRV_PID")
+    # shellcheck disable=SC2086 # one word per pid
+    kill -TERM $pids 2>/dev/null || true
+    for ((i = 0; i < 1200; i++)); do
+      kill -0 "$SRV_PID" 2>/dev/null || break
+      sleep 0.05
+    done
+    if kill -0 "$SRV_PID" 2>/dev/null; then
+      log "server $SRV_PID ignored SIGTERM for 60 s; killing it"
+      # shellcheck disable=SC2086
+      kill -KILL $pids 2>/dev/null || true
+    fi
+    wait "$SRV_PID" 2>/dev/null || true
+  fi
+  [ -z "$SRV_JOB" ] || wait "$SRV_JOB" 2>/dev/null || true
   rm -f "$SRV_SOCK"
-  SRV_PID=
+  SRV_PID='' SRV_JOB=''
+  stop_remote
 }
