@@ -1,11 +1,13 @@
 /* plugq: the inside of the file backend, shared by the files that make
  * it up.  Internal to server/; the API is backend_file_open (backend.h).
  *
- *   backend_file.c       opening, limits, the ops table, read, write,
- *                        flush, extents, cache, close, the backend type
- *   backend_file_zero.c  zeroing and trimming: fallocate modes,
- *                        BLKZEROOUT, BLKDISCARD, writing zeroes, and the
- *                        methods not to try again
+ *   backend_file.c         opening, limits, the ops table, read, write,
+ *                          flush, extents, cache, close, the backend type
+ *   backend_file_zero.c    zeroing and trimming: fallocate modes,
+ *                          BLKZEROOUT, BLKDISCARD, writing zeroes, and the
+ *                          methods not to try again
+ *   backend_file_direct.c  O_DIRECT reads and writes, through bounce
+ *                          buffers for unaligned memory
  */
 #ifndef PLUGQ_BACKEND_FILE_H
 #define PLUGQ_BACKEND_FILE_H
@@ -13,7 +15,9 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "backend.h"
 
@@ -74,5 +78,13 @@ int file_zero (struct backend *b, uint64_t count, uint64_t offset,
                bool may_trim);
 int file_trim (struct backend *b, uint64_t count, uint64_t offset);
 void probe_punch (struct file_backend *f, uint64_t file_size);
+
+/* backend_file_direct.c: reads and writes on an O_DIRECT descriptor.
+ * -1 with EINVAL for an offset or length not aligned to f->align.
+ */
+int direct_pread (struct file_backend *f, void *buf, size_t count,
+                  uint64_t offset);
+int direct_pwritev (struct file_backend *f, const struct iovec *iov,
+                    int iovcnt, uint64_t total, uint64_t offset);
 
 #endif /* PLUGQ_BACKEND_FILE_H */
