@@ -34,6 +34,7 @@
 #include "engine_thread.h"
 #include "lock.h"
 #include "log.h"
+#include "minmax.h"
 
 #define NBD_DEFAULT_PAYLOAD (32 * 1024 * 1024) /* the spec's default max */
 #define MAX_IN_FLIGHT 16
@@ -218,7 +219,7 @@ issue_chunks (struct nbd_backend *nb, struct nbd_op *op, issue_fn fn,
     return -1;
   }
   while (count > 0) {
-    uint64_t n = count < chunk ? count : chunk;
+    uint64_t n = MIN (count, chunk);
 
     atomic_fetch_add (&op->pending, 1);
     if (fn (nb->h, op, arg, n, offset) == -1) {
@@ -532,7 +533,7 @@ read_capabilities (struct nbd_handle *h, struct remote_caps *c)
   c->preferred = block_size_or (h, LIBNBD_SIZE_PREFERRED, 4096);
   if (c->preferred < c->minimum)
     c->preferred = c->minimum;
-  c->max_payload = max < NBD_DEFAULT_PAYLOAD ? max : NBD_DEFAULT_PAYLOAD;
+  c->max_payload = MIN (max, (uint32_t) NBD_DEFAULT_PAYLOAD);
   c->read_only = nbd_is_read_only (h) == 1;
   c->can_flush = nbd_can_flush (h) == 1;
   c->can_trim = nbd_can_trim (h) == 1;
@@ -708,8 +709,7 @@ retry_cb (struct ev_loop *loop, ev_timer *w, int revents)
     h = NULL;
   }
   if (h == NULL) {
-    nb->backoff_ns = nb->backoff_ns * 2 < MAX_BACKOFF_NS
-      ? nb->backoff_ns * 2 : MAX_BACKOFF_NS;
+    nb->backoff_ns = MIN (nb->backoff_ns * 2, MAX_BACKOFF_NS);
     ev_timer_set (&nb->retry, nb->backoff_ns / 1e9, 0.);
     ev_timer_start (loop, &nb->retry);
     return;
