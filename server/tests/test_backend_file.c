@@ -25,8 +25,6 @@
 #include "backend_checks.h"
 #include "tap.h"
 
-/* Test hook in backend_file.c: zero by writing, as without fallocate. */
-
 #define KiB ((uint64_t) 1024)
 #define MiB (KiB * 1024)
 #define GiB (MiB * 1024)
