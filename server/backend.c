@@ -52,6 +52,31 @@ io_wait_async (struct backend *b, const struct backend_io *io)
 }
 
 int
+backend_io_by_kind (struct backend *b, const struct backend_io *io,
+                    const struct backend_sync_ops *ops)
+{
+  int r;
+
+  switch (io->kind) {
+  case OP_WRITE:
+    r = ops->pwritev (b, io->iov, io->iovcnt, io->offset);
+    break;
+  case OP_ZERO:
+    r = ops->zero (b, io->count, io->offset, io->may_trim);
+    break;
+  case OP_TRIM:
+    r = ops->trim (b, io->count, io->offset);
+    break;
+  default:
+    errno = EINVAL;
+    return -1;
+  }
+  if (r == 0 && io->fua)
+    r = b->ops->flush (b);
+  return r == -1 ? -1 : BACKEND_IO_DONE;
+}
+
+int
 backend_io_wait (struct backend *b, struct backend_io *io)
 {
   struct backend_io plain = *io;

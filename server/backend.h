@@ -138,6 +138,23 @@ backend_is_async (const struct backend *b)
   return b->ops->start != NULL;
 }
 
+/* How a synchronous backend performs each kind of io. */
+struct backend_sync_ops {
+  int (*pwritev) (struct backend *, const struct iovec *iov, int iovcnt,
+                  uint64_t offset);
+  /* Must leave the range reading as zeroes.  may_trim allows holes. */
+  int (*zero) (struct backend *, uint64_t count, uint64_t offset,
+               bool may_trim);
+  /* Advisory: may do nothing. */
+  int (*trim) (struct backend *, uint64_t count, uint64_t offset);
+};
+
+/* A synchronous backend's ops->io: the function for io's kind, then for
+ * FUA the backend's flush.  BACKEND_IO_DONE, or -1 with errno.
+ */
+int backend_io_by_kind (struct backend *, const struct backend_io *,
+                        const struct backend_sync_ops *);
+
 /* Performs io and waits for it, on any backend: for callers outside the
  * queue's dispatch (tests, a wrapper backend).  0, or -1 with errno.
  */

@@ -221,28 +221,14 @@ file_close (struct backend *b)
 /* The one entry for writes, zeroes and trims.  FUA: the page cache or
  * the device's cache is flushed before the operation is answered.
  */
+static const struct backend_sync_ops file_sync_ops = {
+  .pwritev = file_pwritev, .zero = file_zero, .trim = file_trim,
+};
+
 static int
 file_io (struct backend *b, struct backend_io *io)
 {
-  int r;
-
-  switch (io->kind) {
-  case OP_WRITE:
-    r = file_pwritev (b, io->iov, io->iovcnt, io->offset);
-    break;
-  case OP_ZERO:
-    r = file_zero (b, io->count, io->offset, io->may_trim);
-    break;
-  case OP_TRIM:
-    r = file_trim (b, io->count, io->offset);
-    break;
-  default:
-    errno = EINVAL;
-    return -1;
-  }
-  if (r == 0 && io->fua)
-    r = file_flush (b);
-  return r == -1 ? -1 : BACKEND_IO_DONE;
+  return backend_io_by_kind (b, io, &file_sync_ops);
 }
 
 static const struct backend_ops file_ops = {

@@ -474,28 +474,17 @@ mem_close (struct backend *b)
 }
 
 /* The one entry for writes, zeroes and trims.  Memory is as durable
- * as it will ever be once written, so FUA asks nothing more.
+ * as it will ever be once written: its flush, which FUA calls, does
+ * nothing.
  */
+static const struct backend_sync_ops mem_sync_ops = {
+  .pwritev = mem_pwritev, .zero = mem_zero, .trim = mem_trim,
+};
+
 static int
 mem_io (struct backend *b, struct backend_io *io)
 {
-  int r;
-
-  switch (io->kind) {
-  case OP_WRITE:
-    r = mem_pwritev (b, io->iov, io->iovcnt, io->offset);
-    break;
-  case OP_ZERO:
-    r = mem_zero (b, io->count, io->offset, io->may_trim);
-    break;
-  case OP_TRIM:
-    r = mem_trim (b, io->count, io->offset);
-    break;
-  default:
-    errno = EINVAL;
-    return -1;
-  }
-  return r == -1 ? -1 : BACKEND_IO_DONE;
+  return backend_io_by_kind (b, io, &mem_sync_ops);
 }
 
 static const struct backend_ops memory_ops = {

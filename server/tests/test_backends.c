@@ -566,30 +566,18 @@ tb_close (struct backend *b)
 /* The synchronous entry.  No FUA: can_fua is false, so the queue and
  * backend_io_wait flush instead.
  */
+static const struct backend_sync_ops tb_sync_ops = {
+  .pwritev = tb_pwritev, .zero = tb_zero, .trim = tb_trim,
+};
+
 static int
 tb_io (struct backend *b, struct backend_io *io)
 {
-  int r;
-
   if (io->fua) {
     errno = EINVAL;
     return -1;
   }
-  switch (io->kind) {
-  case OP_WRITE:
-    r = tb_pwritev (b, io->iov, io->iovcnt, io->offset);
-    break;
-  case OP_ZERO:
-    r = tb_zero (b, io->count, io->offset, io->may_trim);
-    break;
-  case OP_TRIM:
-    r = tb_trim (b, io->count, io->offset);
-    break;
-  default:
-    errno = EINVAL;
-    return -1;
-  }
-  return r == -1 ? -1 : BACKEND_IO_DONE;
+  return backend_io_by_kind (b, io, &tb_sync_ops);
 }
 
 static const struct backend_ops test_ops = {
@@ -866,6 +854,8 @@ test_backend_new (uint64_t size)
    * with several dispatch tokens.
    */
   tb->b.max_writers = 1;
+  /* It refuses FUA (tb_io), so callers must flush instead. */
+  tb->b.can_fua = false;
   if (asprintf (&tb->b.description, "test over %s",
                 tb->inner->description) == -1) {
     backend_close (tb->inner);

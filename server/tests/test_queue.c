@@ -835,6 +835,38 @@ test_elevator_private_state (void)
           " (%" PRIu64 " dispatches counted)%s", counting_seen, MODE);
 }
 
+/* backend_io_wait on a backend without FUA of its own: the write, then
+ * a flush, in that order; synchronous or asynchronous.
+ */
+static void
+test_io_wait_fua_is_write_then_flush (void)
+{
+  struct test_backend *tb = test_backend_new (MiB);
+  struct backend *b = tb ? test_backend_get (tb) : NULL;
+  unsigned char data[4096];
+  struct iovec iov = { .iov_base = data, .iov_len = sizeof data };
+  struct tb_call calls[4];
+  size_t n = 0;
+  bool ok;
+
+  memset (data, 'f', sizeof data);
+  ok = CHECK (b != NULL);
+  if (ok && async_mode)
+    ok = CHECK (test_backend_set_async (tb, 2) == 0
+                && b->ops->start (b) == 0);
+  ok = ok && CHECK (!b->can_fua);
+  ok = ok && CHECK (backend_pwritev (b, &iov, 1, 8192, true) == 0);
+  if (ok)
+    n = test_backend_calls (tb, TB_OPS, calls, 4);
+  ok = ok && CHECK (n == 2 && calls[0].op == TB_PWRITEV
+                    && calls[0].offset == 8192 && calls[1].op == TB_FLUSH);
+  ok = ok && CHECK (test_backend_holds (tb, 'f', sizeof data, 8192));
+  if (b)
+    backend_close (b);
+  tap_ok (ok, "FUA through backend_io_wait without backend FUA: the write,"
+          " then a flush%s", MODE);
+}
+
 /* Four scattered writes, flushed: the offsets in backend order. */
 static bool
 dispatch_order (const struct elevator_ops *elevator, const uint64_t *want)
@@ -2117,6 +2149,7 @@ static void (*const every_mode[]) (void) = {
   test_thresh_one_never_merges,
   test_fragments_are_not_merges,
   test_elevator_private_state,
+  test_io_wait_fua_is_write_then_flush,
   test_newest_wins,
   test_zero_trim_ordering,
   test_read_while_in_flight,
