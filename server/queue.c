@@ -348,11 +348,8 @@ submit (struct queue *q, struct session *s, const struct piece *r,
     errno = ENOMEM;
     return -1;
   }
-  if (flags & REQ_FUA) {
-    err = flush_wait_locked (q, s, flush_start_locked (q));
-    if (done.err)
-      err = done.err;
-  }
+  if (flags & REQ_FUA)
+    err = fua_wait_locked (q, s, &done);
   else if (wait)
     err = wait_dispatched (q, &done);
   else if (unplugged)

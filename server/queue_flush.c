@@ -133,6 +133,20 @@ flush_wait_locked (struct queue *q, struct session *s, uint64_t ticket)
   return err ? err : latched;
 }
 
+/* A FUA request, queued with done as its waiter: the flush sequence
+ * from step 1 covers it.  0, or its own write-out's errno before the
+ * flush's.  Drops q->lock while it waits.
+ */
+int
+fua_wait_locked (struct queue *q, struct session *s, struct completion *done)
+{
+  int err;
+
+  queue_assert_locked (q);
+  err = flush_wait_locked (q, s, flush_start_locked (q));
+  return done->err ? done->err : err;
+}
+
 uint64_t
 queue_flush_start (struct queue *q)
 {

@@ -162,6 +162,7 @@ int cut_overlaps (struct queue *, uint64_t offset, uint64_t end);
 /* queue_flush.c */
 uint64_t flush_start_locked (struct queue *);
 int flush_wait_locked (struct queue *, struct session *, uint64_t ticket);
+int fua_wait_locked (struct queue *, struct session *, struct completion *);
 bool flush_covers (const struct queue *, const struct piece *);
 bool flush_due (const struct queue *);
 void backend_flush_locked (struct queue *);
