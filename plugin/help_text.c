@@ -81,33 +81,51 @@ build (void (*fill) (FILE *))
   return s;
 }
 
+struct key_help {
+  const char *key;              /* "" continues the line above */
+  const char *text;
+};
+
+#define KEY_LINES(fp, table) \
+  key_lines ((fp), (table), sizeof (table) / sizeof (table)[0])
+
+static void
+key_lines (FILE *fp, const struct key_help *k, size_t n)
+{
+  for (size_t i = 0; i < n; i++)
+    key_line (fp, k[i].key, k[i].text);
+}
+
+static const struct key_help volume_help[] = {
+  { "linear=<NAME>:<M>[,<M>...]",
+    "A volume of disks/volumes end to end; M may be" },
+  { "", "NAME@OFFSET+LENGTH for a sub-range." },
+  { "ack=queued|dispatched",
+    "Answer writes once queued (default) or written." },
+};
+
+static const struct key_help queue_help[] = {
+  { "unplug-delay=<DELAY>",
+    "Unplug timer, e.g. 3ms (ns|us|ms|s; bare = s)." },
+  { "unplug-thresh=<N>", "Queued requests that unplug at once (>= 1)." },
+  { "max-merge=<SIZE>", "Largest merged backend operation." },
+  { "queue-bytes=<SIZE>", "Queued data before writers wait." },
+  { "queue-requests=<N>", "Queued requests before writers wait (>= 1)." },
+  { "write-expire=<DELAY>", "Deadline: no request waits longer." },
+  { "", "(Queue keys before any disk= set the defaults," },
+  { "", "after a disk= they set that disk alone.)" },
+  { "default-export=<NAME>", "Export for clients asking for \"\"." },
+  { "stats=<PATH>", "Keep a JSON snapshot of every queue's counters." },
+};
+
 static void
 fill_keys (FILE *fp)
 {
   key_line (fp, "disk=<NAME>", "Start a disk (an export of its own).");
   backend_lines (fp);
-  key_line (fp, "linear=<NAME>:<M>[,<M>...]",
-            "A volume of disks/volumes end to end; M may be");
-  key_line (fp, "", "NAME@OFFSET+LENGTH for a sub-range.");
-  key_line (fp, "ack=queued|dispatched",
-            "Answer writes once queued (default) or written.");
+  KEY_LINES (fp, volume_help);
   elevator_lines (fp);
-  key_line (fp, "unplug-delay=<DELAY>",
-            "Unplug timer, e.g. 3ms (ns|us|ms|s; bare = s).");
-  key_line (fp, "unplug-thresh=<N>",
-            "Queued requests that unplug at once (>= 1).");
-  key_line (fp, "max-merge=<SIZE>", "Largest merged backend operation.");
-  key_line (fp, "queue-bytes=<SIZE>", "Queued data before writers wait.");
-  key_line (fp, "queue-requests=<N>",
-            "Queued requests before writers wait (>= 1).");
-  key_line (fp, "write-expire=<DELAY>",
-            "Deadline: no request waits longer.");
-  key_line (fp, "", "(Queue keys before any disk= set the defaults,");
-  key_line (fp, "", "after a disk= they set that disk alone.)");
-  key_line (fp, "default-export=<NAME>",
-            "Export for clients asking for \"\".");
-  key_line (fp, "stats=<PATH>",
-            "Keep a JSON snapshot of every queue's counters.");
+  KEY_LINES (fp, queue_help);
   /* nbdkit adds the last newline. */
   fprintf (fp, "%-*s%s", KEY_WIDTH, "stats-interval=<DELAY>",
            "How often stats= is rewritten (default 1s).");

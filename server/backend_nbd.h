@@ -105,25 +105,17 @@ int issue_chunks (struct nbd_backend *nb, struct nbd_op *op, issue_fn fn,
                   uint64_t offset, uint64_t chunk);
 
 /* One issue_fn per NBD command, for issue_chunks and run_sync. */
-int64_t issue_pread (struct nbd_handle *h, struct nbd_op *op,
-                     const void *buf, uint64_t count, uint64_t offset);
-int64_t issue_pwrite (struct nbd_handle *h, struct nbd_op *op,
-                      const void *buf, uint64_t count, uint64_t offset);
-int64_t issue_zero_no_hole (struct nbd_handle *h, struct nbd_op *op,
-                            const void *unused, uint64_t count,
-                            uint64_t offset);
-int64_t issue_zero_may_trim (struct nbd_handle *h, struct nbd_op *op,
-                             const void *unused, uint64_t count,
-                             uint64_t offset);
-int64_t issue_trim (struct nbd_handle *h, struct nbd_op *op,
-                    const void *unused, uint64_t count, uint64_t offset);
-int64_t issue_cache (struct nbd_handle *h, struct nbd_op *op,
-                     const void *unused, uint64_t count, uint64_t offset);
-int64_t issue_flush (struct nbd_handle *h, struct nbd_op *op,
-                     const void *unused, uint64_t count, uint64_t offset);
-int64_t issue_block_status (struct nbd_handle *h, struct nbd_op *op,
-                            const void *unused, uint64_t count,
-                            uint64_t offset);
+#define ISSUE_FN(name)                                                  \
+  int64_t name (struct nbd_handle *h, struct nbd_op *op, const void *arg, \
+                uint64_t count, uint64_t offset)
+ISSUE_FN (issue_pread);
+ISSUE_FN (issue_pwrite);
+ISSUE_FN (issue_zero_no_hole);
+ISSUE_FN (issue_zero_may_trim);
+ISSUE_FN (issue_trim);
+ISSUE_FN (issue_cache);
+ISSUE_FN (issue_flush);
+ISSUE_FN (issue_block_status);
 
 /* backend_nbd_connection.c */
 int read_capabilities (struct nbd_handle *h, struct remote_caps *c);

@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -69,6 +70,26 @@ read_capabilities (struct nbd_handle *h, struct remote_caps *c)
  * for FAST_ZERO, break a promise made to clients).  The preferred block
  * size is only a hint, so it may change.
  */
+static const struct {
+  size_t flag;                  /* offset of a bool in struct remote_caps */
+  const char *lost;
+} kept_flags[] = {
+  { offsetof (struct remote_caps, can_zero), "without WRITE_ZEROES" },
+  { offsetof (struct remote_caps, can_fast_zero), "without FAST_ZERO" },
+  { offsetof (struct remote_caps, can_flush), "without FLUSH" },
+  { offsetof (struct remote_caps, can_trim), "without TRIM" },
+  { offsetof (struct remote_caps, can_cache), "without CACHE" },
+  { offsetof (struct remote_caps, can_fua), "without FUA" },
+  { offsetof (struct remote_caps, can_extents),
+    "without base:allocation extents" },
+};
+
+static bool
+caps_flag (const struct remote_caps *c, size_t flag)
+{
+  return *(const bool *) ((const char *) c + flag);
+}
+
 static const char *
 capabilities_still_met (const struct nbd_backend *nb, struct nbd_handle *h)
 {
@@ -79,20 +100,10 @@ capabilities_still_met (const struct nbd_backend *nb, struct nbd_handle *h)
     return "with a different size";
   if (now.read_only && !was->read_only)
     return "read-only";
-  if (was->can_zero && !now.can_zero)
-    return "without WRITE_ZEROES";
-  if (was->can_fast_zero && !now.can_fast_zero)
-    return "without FAST_ZERO";
-  if (was->can_flush && !now.can_flush)
-    return "without FLUSH";
-  if (was->can_trim && !now.can_trim)
-    return "without TRIM";
-  if (was->can_cache && !now.can_cache)
-    return "without CACHE";
-  if (was->can_fua && !now.can_fua)
-    return "without FUA";
-  if (was->can_extents && !now.can_extents)
-    return "without base:allocation extents";
+  for (size_t i = 0; i < sizeof kept_flags / sizeof kept_flags[0]; i++)
+    if (caps_flag (was, kept_flags[i].flag)
+        && !caps_flag (&now, kept_flags[i].flag))
+      return kept_flags[i].lost;
   if (now.max_payload < was->max_payload)
     return "with a smaller maximum payload";
   if (now.minimum > was->minimum)

@@ -16,40 +16,17 @@ static const struct backend_type *const types[] = {
   BACKEND_TYPES (BACKEND_TYPE_ENTRY)
 };
 
-#define NR_TYPES (sizeof types / sizeof types[0])
-
-const struct backend_type *
-backend_type_at (size_t i)
-{
-  return i < NR_TYPES ? types[i] : NULL;
-}
-
-static const char *
-name_at (size_t i)
-{
-  return i < NR_TYPES ? types[i]->name : NULL;
-}
-
-const struct backend_type *
-backend_type_by_name (const char *key)
-{
-  ptrdiff_t i = name_list_find (name_at, key);
-
-  return i >= 0 ? types[i] : NULL;
-}
+NAME_LIST_REGISTRY (struct backend_type, types, backend_type_at,
+                    backend_type_by_name, backend_type_names)
 
 const struct backend_type *
 backend_type_by_key (const char *key)
 {
-  for (size_t i = 0; i < NR_TYPES; i++)
-    for (const char *const *k = types[i]->keys; *k; k++)
-      if (strcmp (*k, key) == 0)
-        return types[i];
-  return NULL;
-}
+  const struct backend_type *t;
 
-char *
-backend_type_names (const char *sep)
-{
-  return name_list_join (name_at, sep);
+  for (size_t i = 0; (t = backend_type_at (i)) != NULL; i++)
+    for (const char *const *k = t->keys; *k; k++)
+      if (strcmp (*k, key) == 0)
+        return t;
+  return NULL;
 }

@@ -14,30 +14,5 @@ static const struct elevator_ops *const elevators[] = {
   ELEVATORS (ELEVATOR_ENTRY)
 };
 
-#define NR_ELEVATORS (sizeof elevators / sizeof elevators[0])
-
-const struct elevator_ops *
-elevator_at (size_t i)
-{
-  return i < NR_ELEVATORS ? elevators[i] : NULL;
-}
-
-static const char *
-name_at (size_t i)
-{
-  return i < NR_ELEVATORS ? elevators[i]->name : NULL;
-}
-
-const struct elevator_ops *
-elevator_lookup (const char *name)
-{
-  ptrdiff_t i = name_list_find (name_at, name);
-
-  return i >= 0 ? elevators[i] : NULL;
-}
-
-char *
-elevator_names (const char *sep)
-{
-  return name_list_join (name_at, sep);
-}
+NAME_LIST_REGISTRY (struct elevator_ops, elevators, elevator_at,
+                    elevator_lookup, elevator_names)

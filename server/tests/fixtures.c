@@ -302,16 +302,31 @@ test_write_fill (struct queue *q, struct session *s, int c, uint64_t count,
 }
 
 bool
-test_queue_reads_as (struct queue *q, int c, uint64_t count,
-                     uint64_t offset)
+test_reads_as (int (*read) (void *ctx, void *buf, size_t count,
+                            uint64_t offset),
+               void *ctx, int c, uint64_t count, uint64_t offset,
+               const char *what)
 {
   unsigned char *buf = malloc (count ? count : 1);
   bool ok;
 
   if (buf == NULL)
     return false;
-  ok = queue_pread (q, buf, count, offset) == 0
-    && test_buffer_is (buf, c, count, offset, "queue read");
+  ok = read (ctx, buf, count, offset) == 0
+    && test_buffer_is (buf, c, count, offset, what);
   free (buf);
   return ok;
+}
+
+static int
+read_queue (void *q, void *buf, size_t count, uint64_t offset)
+{
+  return queue_pread (q, buf, count, offset);
+}
+
+bool
+test_queue_reads_as (struct queue *q, int c, uint64_t count,
+                     uint64_t offset)
+{
+  return test_reads_as (read_queue, q, c, count, offset, "queue read");
 }

@@ -127,6 +127,13 @@ struct queue_stats test_stats (struct queue *);
 /* queue_pwrite of count bytes of c. */
 int test_write_fill (struct queue *, struct session *, int c, uint64_t count,
                      uint64_t offset, unsigned flags);
+/* read (ctx, buf, count, offset) into a buffer of its own, then
+ * test_buffer_is (..., what): whether the range reads as c.
+ */
+bool test_reads_as (int (*read) (void *ctx, void *buf, size_t count,
+                                 uint64_t offset),
+                    void *ctx, int c, uint64_t count, uint64_t offset,
+                    const char *what);
 /* queue_pread of the range reads as c. */
 bool test_queue_reads_as (struct queue *, int c, uint64_t count,
                           uint64_t offset);
