@@ -356,12 +356,7 @@ submit (struct queue *q, struct session *s, const struct piece *r,
     run_queue_here (q, STEPS_HERE, SYNC_ROUND);
   else if (q->state == QUEUE_RUNNING)   /* joined a running queue */
     run_queue_here (q, 1, HELP_ROUND);
-  lock_release (&q->lock);
-  if (err) {
-    errno = err;
-    return -1;
-  }
-  return 0;
+  return queue_release_answer (q, err);
 }
 
 int

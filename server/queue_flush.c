@@ -168,12 +168,7 @@ flush_wait_and_unlock (struct queue *q, struct session *s, uint64_t ticket,
   int err = flush_wait_locked (q, s, ticket);
 
   latency_record (&q->stats.flush_time, monotonic_ns () - start_ns);
-  lock_release (&q->lock);
-  if (err) {
-    errno = err;
-    return -1;
-  }
-  return 0;
+  return queue_release_answer (q, err);
 }
 
 int

@@ -18,6 +18,7 @@
 #ifndef PLUGQ_QUEUE_INTERNAL_H
 #define PLUGQ_QUEUE_INTERNAL_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -140,6 +141,18 @@ struct queue {
 
   struct queue_stats stats;
 };
+
+/* Releases q->lock and answers a request: 0, or -1 with errno err. */
+static inline int
+queue_release_answer (struct queue *q, int err)
+{
+  lock_release (&q->lock);
+  if (err) {
+    errno = err;
+    return -1;
+  }
+  return 0;
+}
 
 /* queue.c */
 int queue_check_range (const struct queue *, uint64_t count,
