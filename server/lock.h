@@ -12,12 +12,10 @@
 #ifndef PLUGQ_LOCK_H
 #define PLUGQ_LOCK_H
 
-/* struct lock's layout depends on PLUGQ_LOCK_CHECKS: a file that saw
- * lock.h without config.h would disagree with lock.c about it.
+/* struct lock's layout depends on PLUGQ_LOCK_CHECKS, so it comes from
+ * the compiler flags (configure's LOCK_CHECK_CPPFLAGS), which every file
+ * sees alike, and never from a header.
  */
-#ifndef PACKAGE_NAME
-#error "include <config.h> before lock.h"
-#endif
 
 #include <pthread.h>
 #include <stdbool.h>

@@ -9,6 +9,7 @@
 #ifndef PLUGQ_PIECE_H
 #define PLUGQ_PIECE_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -20,10 +21,14 @@
 
 struct data_buffer;
 
-/* What a waiting client (FUA, ack=dispatched) watches. */
+/* What a waiting client (FUA, ack=dispatched) watches.  Its pieces are
+ * counted down under the queue lock, and cond is signalled when the last
+ * one is written (or superseded), so a write wakes only its own writer.
+ */
 struct completion {
   uint32_t pending;             /* pieces not yet written */
   int err;                      /* first backend errno */
+  pthread_cond_t cond;
 };
 
 struct piece {
@@ -65,6 +70,16 @@ piece_can_follow (const struct piece *prev, const struct piece *next)
 {
   return piece_end (prev) == next->offset && prev->kind == next->kind
     && (prev->kind != OP_ZERO || prev->may_trim == next->may_trim);
+}
+
+/* Under the queue lock: p is on the backend or superseded; its waiter,
+ * if any, has one piece less to wait for.
+ */
+static inline void
+piece_written (struct piece *p)
+{
+  if (p->waiter && --p->waiter->pending == 0)
+    pthread_cond_signal (&p->waiter->cond);
 }
 
 #endif /* PLUGQ_PIECE_H */

@@ -59,8 +59,9 @@ queue_init_fields (struct queue *q, struct backend *backend,
   q->index = session_register_queue ();
   lock_init (&q->lock);
   cond_init_monotonic (&q->dispatch_wake);
-  pthread_cond_init (&q->progress, NULL);
-  pthread_cond_init (&q->flushed, NULL);
+  pthread_cond_init (&q->space, NULL);
+  pthread_cond_init (&q->flushed[0], NULL);
+  pthread_cond_init (&q->flushed[1], NULL);
   RB_INIT (&q->by_offset);
   TAILQ_INIT (&q->by_age);
   RB_INIT (&q->in_flight);
@@ -86,8 +87,9 @@ queue_destroy (struct queue *q)
   buffer_pool_free (q->buffers);
   lock_destroy (&q->lock);
   pthread_cond_destroy (&q->dispatch_wake);
-  pthread_cond_destroy (&q->progress);
-  pthread_cond_destroy (&q->flushed);
+  pthread_cond_destroy (&q->space);
+  pthread_cond_destroy (&q->flushed[0]);
+  pthread_cond_destroy (&q->flushed[1]);
   free (q->name);
   free (q);
 }
@@ -253,9 +255,12 @@ wait_for_space (struct queue *q, uint64_t bytes)
     }
     queue_unplug_locked (q, UNPLUG_FULL);
     q->full_waiters++;
-    wait_or_work (q, &q->progress);
+    wait_or_work (q, &q->space);
     q->full_waiters--;
   }
+  /* Completions wake one waiter each; pass on room left over. */
+  if (q->full_waiters > 0 && !queue_full (q, 0))
+    pthread_cond_signal (&q->space);
 }
 
 int
@@ -323,7 +328,7 @@ wait_dispatched (struct queue *q, struct completion *done)
   queue_assert_locked (q);
   q->dispatched_waiters++;
   while (done->pending > 0)
-    wait_or_work (q, &q->progress);
+    wait_or_work (q, &done->cond);
   q->dispatched_waiters--;
   return done->err;
 }
@@ -335,7 +340,9 @@ static int
 submit (struct queue *q, struct session *s, const struct piece *r,
         unsigned flags)
 {
-  struct completion done = { .pending = 1 };
+  struct completion done = {
+    .pending = 1, .cond = PTHREAD_COND_INITIALIZER,
+  };
   bool wait = (flags & REQ_FUA) || q->cfg.ack == ACK_DISPATCHED;
   bool unplugged;
   int err = 0;
@@ -356,6 +363,7 @@ submit (struct queue *q, struct session *s, const struct piece *r,
     run_queue_here (q, STEPS_HERE, SYNC_ROUND);
   else if (q->state == QUEUE_RUNNING)   /* joined a running queue */
     run_queue_here (q, 1, HELP_ROUND);
+  pthread_cond_destroy (&done.cond);
   return queue_release_answer (q, err);
 }
 

@@ -337,8 +337,7 @@ piece_complete (struct queue *q, struct piece *p, int err, uint64_t now,
                q->name, strerror (err));
     *latched = true;
   }
-  if (p->waiter)
-    p->waiter->pending--;
+  piece_written (p);
   piece_release (q, p);
 }
 

@@ -28,6 +28,17 @@
 
 /* ------------------------------------------------------------ issuing */
 
+/* After batches completed: one writer waiting for room may look again
+ * (it passes on what room is left, wait_for_space).
+ */
+static void
+wake_full_waiter (struct queue *q)
+{
+  queue_assert_locked (q);
+  if (q->full_waiters > 0)
+    pthread_cond_signal (&q->space);
+}
+
 /* Backend thread, or inside batch_submit: an asynchronous operation
  * finished.  Takes q->lock.
  */
@@ -41,7 +52,7 @@ batch_done (struct backend_io *io, int err)
   b->finished_ns = monotonic_ns ();
   lock_acquire (&q->lock);
   batch_complete (q, b, err);
-  pthread_cond_broadcast (&q->progress);
+  wake_full_waiter (q);
   pthread_cond_signal (&q->dispatch_wake);
   lock_release (&q->lock);
 }
@@ -135,7 +146,7 @@ dispatch_round (struct queue *q, struct batch *first, unsigned limit)
   lock_acquire (&q->lock);
   for (unsigned i = 0; i < n; i++)
     batch_complete (q, round[i], err[i]);
-  pthread_cond_broadcast (&q->progress);
+  wake_full_waiter (q);
 }
 
 /* b and up to round - 1 more, by the backend's kind.  Drops q->lock. */
@@ -211,7 +222,11 @@ take_token (struct queue *q)
   if (q->holders >= token_limit (q))
     return false;               /* the last holder looks again */
   if (backend_is_async (q->backend) || q->stopping) {
-    queue_kick_dispatcher (q);
+    /* With every slot in flight, the next completion wakes it anyway:
+     * a writer waiting for room must not wake it for each look.
+     */
+    if (q->nr_batches < q->max_in_flight || dispatcher_needed (q))
+      queue_kick_dispatcher (q);
     return false;
   }
   q->holders++;

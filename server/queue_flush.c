@@ -126,7 +126,7 @@ flush_wait_locked (struct queue *q, struct session *s, uint64_t ticket)
 
   queue_assert_locked (q);
   while (q->flush.done_epoch < ticket)
-    wait_or_work (q, &q->flushed);
+    wait_or_work (q, &q->flushed[ticket % 2]);
   err = q->flush.failed_epoch >= ticket ? q->flush.failed_errno : 0;
   /* Taken even when the flush failed: that answer tells this session. */
   latched = take_latched_error (q, s);
@@ -257,5 +257,5 @@ backend_flush_locked (struct queue *q)
                " connection's next flush)", q->name, strerror (err));
   }
   q->flush.done_epoch = epoch;
-  pthread_cond_broadcast (&q->flushed);
+  pthread_cond_broadcast (&q->flushed[epoch % 2]);
 }

@@ -109,8 +109,13 @@ struct queue {
 
   struct lock lock;
   pthread_cond_t dispatch_wake; /* the dispatch thread sleeps here */
-  pthread_cond_t progress;      /* pieces written, space */
-  pthread_cond_t flushed;       /* a backend flush finished */
+  pthread_cond_t space;         /* full_waiters sleep here, woken one at a
+                                 * time as batches complete */
+  /* A backend flush finished: waiters for epoch e sleep on
+   * flushed[e % 2], so the end of one epoch wakes only its own waiters
+   * and not those already registered for the next.
+   */
+  pthread_cond_t flushed[2];
 
   struct piece_tree by_offset;
   struct piece_list by_age;

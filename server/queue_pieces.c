@@ -122,8 +122,7 @@ piece_superseded (struct queue *q, struct piece *p)
 {
   queue_assert_locked (q);
   queue_unlink (q, p);
-  if (p->waiter && --p->waiter->pending == 0)
-    pthread_cond_broadcast (&q->progress);
+  piece_written (p);
   piece_release (q, p);
 }
 
