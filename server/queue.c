@@ -478,9 +478,15 @@ queue_free (struct queue *q)
 void
 queue_stats_snapshot (struct queue *q, struct queue_stats *out)
 {
+  struct op_counters *r = &out->op[OP_READ];
+
   lock_acquire (&q->lock);
   *out = q->stats;
   out->queued_requests = q->nr_queued;
   out->queued_bytes = q->queued_bytes;
   lock_release (&q->lock);
+  r->requests = r->backend_ops = atomic_load (&q->reads.requests);
+  r->request_bytes = r->backend_bytes = atomic_load (&q->reads.bytes);
+  r->ticks_ms_x1000 = atomic_load (&q->reads.ticks_us);
+  r->errors = atomic_load (&q->reads.errors);
 }

@@ -326,6 +326,7 @@ piece_complete (struct queue *q, struct piece *p, int err, uint64_t now,
   struct op_counters *c = &q->stats.op[p->kind];
 
   RB_REMOVE (piece_tree, &q->in_flight, p);
+  piece_gone (q);
   q->stats.in_flight--;
   c->ticks_ms_x1000 += (now - p->arrival_ns) / 1000;
   q->stats.time_in_queue_us += (now - p->arrival_ns) / 1000;

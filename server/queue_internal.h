@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/uio.h>
@@ -120,6 +121,11 @@ struct queue {
   struct piece_tree by_offset;
   struct piece_list by_age;
   struct piece_tree in_flight;  /* pieces on their way, by offset */
+  /* Pieces queued or in flight, changed under the lock; a read that
+   * finds none (an acquire load) has nothing to lay over the backend,
+   * and every write it could have missed is already there.
+   */
+  _Atomic uint64_t pieces_present;
   struct piece_list spare_pieces; /* for the next requests to reuse */
   uint32_t nr_spare_pieces;
   uint32_t nr_batches;
@@ -145,6 +151,12 @@ struct queue {
   bool dispatcher_started;
 
   struct queue_stats stats;
+  /* Reads are counted without the lock; queue_stats_snapshot folds
+   * these into stats.op[OP_READ].
+   */
+  struct {
+    _Atomic uint64_t requests, bytes, ticks_us, errors;
+  } reads;
 };
 
 /* Releases q->lock and answers a request: 0, or -1 with errno err. */
@@ -171,6 +183,7 @@ void piece_init (const struct queue *, struct piece *, enum op_kind,
                  uint64_t count, uint64_t offset, unsigned flags);
 struct piece *piece_alloc (struct queue *);
 void piece_release (struct queue *, struct piece *);
+void piece_gone (struct queue *);
 void pieces_free (struct queue *);
 void queue_link (struct queue *, struct piece *, struct piece *after);
 void queue_unlink (struct queue *, struct piece *);

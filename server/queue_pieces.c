@@ -47,6 +47,14 @@ piece_alloc (struct queue *q)
   return p;
 }
 
+/* p has left the queue for good: no read needs to see it any more. */
+void
+piece_gone (struct queue *q)
+{
+  queue_assert_locked (q);
+  atomic_fetch_sub_explicit (&q->pieces_present, 1, memory_order_release);
+}
+
 void
 piece_release (struct queue *q, struct piece *p)
 {
@@ -101,6 +109,7 @@ queue_link (struct queue *q, struct piece *p, struct piece *after)
     TAILQ_INSERT_TAIL (&q->by_age, p, by_age);
   q->nr_queued++;
   account_bytes (q, p, p->length);
+  atomic_fetch_add_explicit (&q->pieces_present, 1, memory_order_relaxed);
 }
 
 void
@@ -122,6 +131,7 @@ piece_superseded (struct queue *q, struct piece *p)
 {
   queue_assert_locked (q);
   queue_unlink (q, p);
+  piece_gone (q);
   piece_written (p);
   piece_release (q, p);
 }

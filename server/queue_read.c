@@ -64,7 +64,8 @@ collect_tree (struct piece_tree *tree, uint64_t offset, uint64_t end,
 /* Every piece over [offset, end), oldest layer first.  Pieces in flight
  * are always older than any queued piece they overlap (a queued piece
  * older than them would have been cut when they arrived), and never
- * overlap each other (overlaps_in_flight).  Takes and drops q->lock.
+ * overlap each other (overlaps_in_flight).  Takes and drops q->lock,
+ * unless nothing is queued or in flight.
  */
 static int
 snapshot (struct queue *q, uint64_t offset, uint64_t end, overlay_set *set)
@@ -72,6 +73,8 @@ snapshot (struct queue *q, uint64_t offset, uint64_t end, overlay_set *set)
   int r;
 
   small_vec_init (set);
+  if (atomic_load_explicit (&q->pieces_present, memory_order_acquire) == 0)
+    return 0;                   /* nothing queued or in flight */
   lock_acquire (&q->lock);
   r = collect_tree (&q->in_flight, offset, end, set);
   if (r == 0)
@@ -106,17 +109,13 @@ overlay_apply_data (const overlay_set *set, bool trim_reads_zero,
 static void
 count_read (struct queue *q, uint32_t count, uint64_t start_ns, int r)
 {
-  struct op_counters *c = &q->stats.op[OP_READ];
-
-  lock_acquire (&q->lock);
-  c->requests++;
-  c->request_bytes += count;
-  c->backend_ops++;
-  c->backend_bytes += count;
-  c->ticks_ms_x1000 += (monotonic_ns () - start_ns) / 1000;
+  atomic_fetch_add_explicit (&q->reads.requests, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit (&q->reads.bytes, count, memory_order_relaxed);
+  atomic_fetch_add_explicit (&q->reads.ticks_us,
+                             (monotonic_ns () - start_ns) / 1000,
+                             memory_order_relaxed);
   if (r == -1)
-    c->errors++;
-  lock_release (&q->lock);
+    atomic_fetch_add_explicit (&q->reads.errors, 1, memory_order_relaxed);
 }
 
 int

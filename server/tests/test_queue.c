@@ -867,6 +867,42 @@ test_io_wait_fua_is_write_then_flush (void)
           " then a flush%s", MODE);
 }
 
+/* Reads skip the queue lock when pieces_present is 0, so it must count
+ * every queued and in-flight piece: through splits, supersedes and
+ * write-out, and back to 0 once the queue has drained.  White box.
+ */
+static void
+test_pieces_present_counted (void)
+{
+  struct queue_config cfg = test_config (HOUR, 1000);
+  struct test_rig r;
+  struct queue *q;
+  uint64_t present = 0, queued = 0;
+  bool ok;
+
+  ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
+  q = r.d[0].q;
+  ok = ok && CHECK (test_write_fill (q, NULL, 'A', 16 * KiB, 0, 0) == 0);
+  ok = ok && CHECK (test_write_fill (q, NULL, 'B', 4 * KiB, 4 * KiB, 0) == 0);
+  ok = ok && CHECK (test_write_fill (q, NULL, 'C', 16 * KiB, MiB, 0) == 0);
+  ok = ok && CHECK (test_write_fill (q, NULL, 'D', 16 * KiB, MiB, 0) == 0);
+  if (ok) {
+    lock_acquire (&q->lock);
+    present = atomic_load (&q->pieces_present);
+    queued = q->nr_queued;
+    lock_release (&q->lock);
+    /* A split in two around B, B, and D (C superseded). */
+    ok = CHECK (queued == 4 && present == queued);
+  }
+  ok = ok && CHECK (queue_flush (q, NULL) == 0);
+  ok = ok && CHECK (test_queue_reads_as (q, 'B', 4 * KiB, 4 * KiB));
+  if (ok)
+    ok = CHECK ((present = atomic_load (&q->pieces_present)) == 0);
+  test_rig_stop (&r);
+  tap_ok (ok, "pieces_present counts queued and in-flight pieces, 0 once"
+          " drained (%" PRIu64 ")%s", present, MODE);
+}
+
 /* Four scattered writes, flushed: the offsets in backend order. */
 static bool
 dispatch_order (const struct elevator_ops *elevator, const uint64_t *want)
@@ -2150,6 +2186,7 @@ static void (*const every_mode[]) (void) = {
   test_fragments_are_not_merges,
   test_elevator_private_state,
   test_io_wait_fua_is_write_then_flush,
+  test_pieces_present_counted,
   test_newest_wins,
   test_zero_trim_ordering,
   test_read_while_in_flight,
