@@ -36,7 +36,6 @@
 #include "config_value.h"
 #include "log.h"
 
-#define MAX_IN_FLIGHT 16
 #define ZERO_CHUNK (1024 * 1024 * 1024)        /* under NBD's 32-bit count */
 
 /* ------------------------------------------------------------ ops */
@@ -210,9 +209,12 @@ backend_nbd_open (const char *uri, uint64_t reconnect_ns)
 {
   struct nbd_backend *nb = calloc (1, sizeof *nb);
 
-  if (nb == NULL || (nb->uri = strdup (uri)) == NULL)
+  if (nb == NULL)
     goto nomem;
   lock_init (&nb->lock);
+  lock_init (&nb->spare_lock);
+  if ((nb->uri = strdup (uri)) == NULL)
+    goto nomem;
   nb->b.ops = &nbd_ops;
   nb->reconnect_ns = reconnect_ns;
   /* Connect now (before nbdkit forks) so the size is known when volumes

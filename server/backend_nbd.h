@@ -40,6 +40,9 @@ struct remote_caps {
   bool can_fua;
 };
 
+/* Operations the queue may keep outstanding on one remote. */
+#define MAX_IN_FLIGHT 16
+
 struct nbd_backend {
   struct backend b;
   char *uri;
@@ -64,6 +67,14 @@ struct nbd_backend {
   pthread_t thread;
   bool started;
   void *zeroes;                 /* max_payload zero bytes, to emulate zero */
+
+  /* Finished ops, for the next commands: one op per write would cost a
+   * calloc and a free.  Its own lock, since ops are freed on the loop
+   * thread and taken by whoever issues a command.
+   */
+  struct lock spare_lock;
+  struct nbd_op *spare_ops;     /* linked through nb */
+  unsigned nr_spare_ops;
 };
 
 static inline struct nbd_backend *
@@ -75,6 +86,7 @@ to_nbd (struct backend *b)
 /* One engine operation, possibly sent as several NBD commands. */
 struct nbd_op {
   struct nbd_backend *nb;
+  struct nbd_op *next_spare;    /* on nb->spare_ops */
   _Atomic unsigned pending;
   _Atomic int err;
   void *bounce;                 /* gathered write data */
@@ -95,6 +107,8 @@ typedef int64_t (*issue_fn) (struct nbd_handle *, struct nbd_op *,
  * op_new until op_put or op_wait; each command sent holds another.
  */
 struct nbd_op *op_new (struct nbd_backend *nb);
+/* At close, once no command is in flight. */
+void ops_free_spares (struct nbd_backend *nb);
 void op_put (struct nbd_op *op);
 void op_fail (struct nbd_op *op, int err);
 int op_wait (struct nbd_op *op, int issue_result);

@@ -24,27 +24,80 @@
 #include "log.h"
 #include "minmax.h"
 
+/* Spare ops a backend keeps: its commands in flight, and some. */
+#define SPARE_OPS (2 * MAX_IN_FLIGHT)
+
+static struct nbd_op *
+op_take_spare (struct nbd_backend *nb)
+{
+  struct nbd_op *op;
+
+  lock_acquire (&nb->spare_lock);
+  if ((op = nb->spare_ops) != NULL) {
+    nb->spare_ops = op->next_spare;
+    nb->nr_spare_ops--;
+  }
+  lock_release (&nb->spare_lock);
+  return op;
+}
+
 struct nbd_op *
 op_new (struct nbd_backend *nb)
 {
-  struct nbd_op *op = calloc (1, sizeof *op);
+  struct nbd_op *op = op_take_spare (nb);
 
-  if (op == NULL)
-    return NULL;
+  if (op == NULL) {
+    if ((op = calloc (1, sizeof *op)) == NULL)
+      return NULL;
+    lock_init (&op->lock);
+    pthread_cond_init (&op->cond, NULL);
+  }
   op->nb = nb;
   atomic_init (&op->pending, 1);  /* the submitter's own reference */
-  lock_init (&op->lock);
-  pthread_cond_init (&op->cond, NULL);
+  atomic_init (&op->err, 0);
+  op->bounce = NULL;
+  op->io = NULL;
+  op->cmd_flags = 0;
+  op->done = false;
+  op->extents = NULL;
+  op->extents_offset = 0;
   return op;
+}
+
+static void
+op_destroy (struct nbd_op *op)
+{
+  lock_destroy (&op->lock);
+  pthread_cond_destroy (&op->cond);
+  free (op);
 }
 
 static void
 op_free (struct nbd_op *op)
 {
-  lock_destroy (&op->lock);
-  pthread_cond_destroy (&op->cond);
+  struct nbd_backend *nb = op->nb;
+  bool kept = false;
+
   free (op->bounce);
-  free (op);
+  lock_acquire (&nb->spare_lock);
+  if (nb->nr_spare_ops < SPARE_OPS) {
+    op->next_spare = nb->spare_ops;
+    nb->spare_ops = op;
+    nb->nr_spare_ops++;
+    kept = true;
+  }
+  lock_release (&nb->spare_lock);
+  if (!kept)
+    op_destroy (op);
+}
+
+void
+ops_free_spares (struct nbd_backend *nb)
+{
+  struct nbd_op *op;
+
+  while ((op = op_take_spare (nb)) != NULL)
+    op_destroy (op);
 }
 
 static void

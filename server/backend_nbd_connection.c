@@ -306,6 +306,8 @@ nbd_backend_close (struct backend *b)
       nbd_shutdown (nb->h, 0);
     nbd_close (nb->h);
   }
+  ops_free_spares (nb);
+  lock_destroy (&nb->spare_lock);
   lock_destroy (&nb->lock);
   free (nb->zeroes);
   free (nb->uri);
