@@ -1,6 +1,9 @@
 /* plugq: one disk's plugged request queue (queue.h): its life cycle,
  * plugging, and the way in for writes, zeroes and trims.
  *
+ * Every function of queue.h is here; what needs more than a few lines
+ * is in the file for its job (see queue_internal.h's map).
+ *
  * Life of a write: the request thread copies the data into a buffer,
  * takes the queue lock, cuts older queued pieces where the new one
  * overlaps them (queue_pieces.c), inserts the piece, plugs an idle queue
@@ -423,6 +426,75 @@ queue_trim (struct queue *q, struct session *s, uint64_t count,
   if (queue_check_range (q, count, offset) == -1)
     return -1;
   return submit_dataless (q, s, OP_TRIM, count, offset, flags & REQ_FUA);
+}
+
+/* ------------------------------------------------------------ reading */
+
+int
+queue_pread (struct queue *q, void *buf, uint32_t count, uint64_t offset)
+{
+  if (queue_check_range (q, count, offset) == -1)
+    return -1;
+  return read_overlaid (q, buf, count, offset);
+}
+
+int
+queue_extents (struct queue *q, uint64_t count, uint64_t offset,
+               struct extent_list *list)
+{
+  if (count == 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  if (queue_check_range (q, count, offset) == -1)
+    return -1;
+  return extents_overlaid (q, count, offset, list);
+}
+
+int
+queue_cache (struct queue *q, uint64_t count, uint64_t offset)
+{
+  if (queue_check_range (q, count, offset) == -1)
+    return -1;
+  return q->backend->ops->cache
+    ? q->backend->ops->cache (q->backend, count, offset) : 0;
+}
+
+/* ------------------------------------------------------------ flushing */
+
+uint64_t
+queue_flush_start (struct queue *q)
+{
+  uint64_t ticket;
+
+  lock_acquire (&q->lock);
+  q->stats.flushes++;
+  ticket = flush_start_locked (q);
+  queue_kick_dispatcher (q);    /* a volume starts every member at once */
+  lock_release (&q->lock);
+  return ticket;
+}
+
+int
+queue_flush_wait (struct queue *q, struct session *s, uint64_t ticket)
+{
+  uint64_t start = monotonic_ns ();
+
+  lock_acquire (&q->lock);
+  return flush_wait_and_unlock (q, s, ticket, start);
+}
+
+/* One disk: no other member to overlap with, so the flushing thread
+ * does the work itself instead of waking the dispatch thread for it.
+ */
+int
+queue_flush (struct queue *q, struct session *s)
+{
+  uint64_t start = monotonic_ns ();
+
+  lock_acquire (&q->lock);
+  q->stats.flushes++;
+  return flush_wait_and_unlock (q, s, flush_start_locked (q), start);
 }
 
 /* ------------------------------------------------------------ life cycle */

@@ -147,21 +147,10 @@ fua_wait_locked (struct queue *q, struct session *s, struct completion *done)
   return done->err ? done->err : err;
 }
 
-uint64_t
-queue_flush_start (struct queue *q)
-{
-  uint64_t ticket;
-
-  lock_acquire (&q->lock);
-  q->stats.flushes++;
-  ticket = flush_start_locked (q);
-  queue_kick_dispatcher (q);    /* a volume starts every member at once */
-  lock_release (&q->lock);
-  return ticket;
-}
-
-/* Lock held on entry, released on return. */
-static int
+/* Step 4 for a FLUSH request, counted.  q->lock held on entry, released
+ * on return.
+ */
+int
 flush_wait_and_unlock (struct queue *q, struct session *s, uint64_t ticket,
                        uint64_t start_ns)
 {
@@ -169,28 +158,6 @@ flush_wait_and_unlock (struct queue *q, struct session *s, uint64_t ticket,
 
   latency_record (&q->stats.flush_time, monotonic_ns () - start_ns);
   return queue_release_answer (q, err);
-}
-
-int
-queue_flush_wait (struct queue *q, struct session *s, uint64_t ticket)
-{
-  uint64_t start = monotonic_ns ();
-
-  lock_acquire (&q->lock);
-  return flush_wait_and_unlock (q, s, ticket, start);
-}
-
-/* One disk: no other member to overlap with, so the flushing thread
- * does the work itself instead of waking the dispatch thread for it.
- */
-int
-queue_flush (struct queue *q, struct session *s)
-{
-  uint64_t start = monotonic_ns ();
-
-  lock_acquire (&q->lock);
-  q->stats.flushes++;
-  return flush_wait_and_unlock (q, s, flush_start_locked (q), start);
 }
 
 /* ------------------------------------------------------------ the flush */

@@ -194,11 +194,19 @@ int cut_overlaps (struct queue *, uint64_t offset, uint64_t end);
 uint64_t flush_start_locked (struct queue *);
 int flush_wait_locked (struct queue *, struct session *, uint64_t ticket);
 int fua_wait_locked (struct queue *, struct session *, struct completion *);
+int flush_wait_and_unlock (struct queue *, struct session *, uint64_t ticket,
+                           uint64_t start_ns);
 bool flush_covers (const struct queue *, const struct piece *);
 bool flush_due (const struct queue *);
 void backend_flush_locked (struct queue *);
 uint64_t *error_cursor (struct queue *, struct session *);
 void latch_error (struct queue *, int errnum);
+
+/* queue_read.c */
+int read_overlaid (struct queue *, void *buf, uint32_t count,
+                   uint64_t offset);
+int extents_overlaid (struct queue *, uint64_t count, uint64_t offset,
+                      struct extent_list *);
 
 /* queue_batch.c */
 bool batch_reserve (struct queue *);

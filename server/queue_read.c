@@ -118,15 +118,14 @@ count_read (struct queue *q, uint32_t count, uint64_t start_ns, int r)
     atomic_fetch_add_explicit (&q->reads.errors, 1, memory_order_relaxed);
 }
 
+/* queue_pread, once the range is checked. */
 int
-queue_pread (struct queue *q, void *buf, uint32_t count, uint64_t offset)
+read_overlaid (struct queue *q, void *buf, uint32_t count, uint64_t offset)
 {
   overlay_set set;
   uint64_t start = monotonic_ns ();
   int r;
 
-  if (queue_check_range (q, count, offset) == -1)
-    return -1;
   if (snapshot (q, offset, offset + count, &set) == -1)
     return -1;
   r = q->backend->ops->pread (q->backend, buf, count, offset);
@@ -138,24 +137,18 @@ queue_pread (struct queue *q, void *buf, uint32_t count, uint64_t offset)
   return r;
 }
 
-/* Queued data reads as data, queued zeroes as zero; a queued trim may
- * or may not punch a hole, so it claims nothing.
+/* queue_extents, once the range is checked.  Queued data reads as data,
+ * queued zeroes as zero; a queued trim may or may not punch a hole, so
+ * it claims nothing.
  */
 int
-queue_extents (struct queue *q, uint64_t count, uint64_t offset,
-               struct extent_list *list)
+extents_overlaid (struct queue *q, uint64_t count, uint64_t offset,
+                  struct extent_list *list)
 {
   overlay_set set;
-  uint64_t end;
+  uint64_t end = offset + count;
   int r;
 
-  if (count == 0) {
-    errno = EINVAL;
-    return -1;
-  }
-  if (queue_check_range (q, count, offset) == -1)
-    return -1;
-  end = offset + count;
   if (snapshot (q, offset, end, &set) == -1)
     return -1;
   r = q->backend->ops->extents (q->backend, count, offset, list);
@@ -171,11 +164,3 @@ queue_extents (struct queue *q, uint64_t count, uint64_t offset,
   return r;
 }
 
-int
-queue_cache (struct queue *q, uint64_t count, uint64_t offset)
-{
-  if (queue_check_range (q, count, offset) == -1)
-    return -1;
-  return q->backend->ops->cache
-    ? q->backend->ops->cache (q->backend, count, offset) : 0;
-}
