@@ -2,7 +2,7 @@
  * Internal to server/.
  *
  * O_DIRECT needs aligned buffers, and all but the smallest get their
- * own mapping (request.c says why not the heap).  A fresh mapping
+ * own mapping (data_buffer.c says why not the heap).  A fresh mapping
  * costs the kernel a zeroed page and a fault per page, and giving it
  * back a TLB shootdown, so a mapping per buffer is far slower than the
  * heap (docs/design.md).  The pool keeps freed mappings, by power-of-two
