@@ -218,9 +218,22 @@ struct batch *retry_due (struct queue *);
 uint64_t next_retry_ns (const struct queue *);
 
 /* queue_dispatch.c */
-#define STEPS_HERE 4
+
+/* Batches a synchronous backend is given per hold of the queue lock. */
 #define SYNC_ROUND 32
+
+/* Steps a request thread takes before leaving the rest to the dispatch
+ * thread: enough for what its own unplug sent out, bounded so that a
+ * stream of arrivals cannot keep one client's answer waiting.
+ */
+#define STEPS_HERE 4
+
+/* Batches a request thread writes out when its write joins a queue that
+ * is already running: each arrival pays for about its own share, so the
+ * queue drains as fast as it fills without one thread doing it all.
+ */
 #define HELP_ROUND 4
+
 bool run_queue_here (struct queue *, int steps, unsigned round);
 void wait_or_work (struct queue *, pthread_cond_t *until);
 int dispatch_thread_start (struct queue *);
