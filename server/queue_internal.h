@@ -1,8 +1,10 @@
 /* plugq: the inside of one disk's queue, shared by the files that make
  * it up.  Internal to server/; the API is queue.h.
  *
- *   queue.c          the public API: life cycle, plugging, submitting
- *   queue_pieces.c   the piece trees: insert, cut, split, byte counts
+ *   queue.c          every function of queue.h: life cycle, plugging,
+ *                    submitting, and the entries for reads and flushes
+ *   queue_pieces.c   the piece trees: insert, cut, split, byte counts,
+ *                    spare pieces
  *   queue_read.c     reads and extents laid over the queue's pieces
  *   queue_flush.c    FLUSH, FUA, group commit and latched errors
  *   queue_batch.c    batches: taking pieces, completing, retrying
@@ -14,6 +16,8 @@
  * queue_assert_locked (q); one that drops and retakes it says so in the
  * comment above it, and its callers must not keep pointers into the
  * trees across the call.  The lock is never held across backend I/O.
+ * What is read without it is atomic and says so (pieces_present, the
+ * read counters, the spare buffers, the unplug timer).
  */
 #ifndef PLUGQ_QUEUE_INTERNAL_H
 #define PLUGQ_QUEUE_INTERNAL_H
