@@ -4,11 +4,12 @@
 #include <pthread.h>
 
 #include "backend.h"
+#include "lock.h"
 
 /* An asynchronous operation and the thread that waits for it. */
 struct io_waiter {
   struct backend_io io;
-  pthread_mutex_t lock;
+  struct lock lock;
   pthread_cond_t cond;
   bool done;
   int err;
@@ -19,11 +20,11 @@ io_waiter_done (struct backend_io *io, int err)
 {
   struct io_waiter *w = (struct io_waiter *) io;
 
-  pthread_mutex_lock (&w->lock);
+  lock_acquire (&w->lock);
   w->done = true;
   w->err = err;
   pthread_cond_signal (&w->cond);
-  pthread_mutex_unlock (&w->lock);
+  lock_release (&w->lock);
 }
 
 static int
@@ -33,20 +34,20 @@ io_wait_async (struct backend *b, const struct backend_io *io)
   int r;
 
   w.io.done = io_waiter_done;
-  pthread_mutex_init (&w.lock, NULL);
+  lock_init (&w.lock);
   pthread_cond_init (&w.cond, NULL);
   r = b->ops->io (b, &w.io);
   if (r != -1) {
-    pthread_mutex_lock (&w.lock);
+    lock_acquire (&w.lock);
     while (!w.done)
-      pthread_cond_wait (&w.cond, &w.lock);
-    pthread_mutex_unlock (&w.lock);
+      lock_wait (&w.cond, &w.lock);
+    lock_release (&w.lock);
     if (w.err) {
       errno = w.err;
       r = -1;
     }
   }
-  pthread_mutex_destroy (&w.lock);
+  lock_destroy (&w.lock);
   pthread_cond_destroy (&w.cond);
   return r == -1 ? -1 : 0;
 }
