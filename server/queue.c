@@ -173,17 +173,6 @@ queue_unplug_locked (struct queue *q, enum unplug_cause cause)
   q->unplug_seq = q->next_seq;
 }
 
-/* Wakes the dispatch thread for work no request thread will do.  While
- * a token is held, the last holder looks again before letting go.
- */
-void
-queue_kick_dispatcher (struct queue *q)
-{
-  queue_assert_locked (q);
-  if (q->holders == 0)
-    pthread_cond_signal (&q->dispatch_wake);
-}
-
 /* Timer thread: hand the unplug to the dispatcher and go.  A claim
  * that fails means this queue unplugged and plugged again after the
  * timer went off: the new plug has a deadline of its own.

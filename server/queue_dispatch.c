@@ -211,6 +211,21 @@ token_limit (const struct queue *q)
   return q->flush.wanted || q->flush.running ? 1 : q->max_holders;
 }
 
+/* Wakes the dispatch thread for work no request thread will do.  While
+ * a token is held, the last holder looks again before letting go; with
+ * every slot in flight and nothing else due, the next completion wakes
+ * it (batch_done, release_token), so a writer waiting for room does not
+ * wake it for each look.
+ */
+void
+queue_kick_dispatcher (struct queue *q)
+{
+  queue_assert_locked (q);
+  if (q->holders == 0
+      && (q->nr_batches < q->max_in_flight || dispatcher_needed (q)))
+    pthread_cond_signal (&q->dispatch_wake);
+}
+
 /* One of the disk's dispatch tokens, if one is free.  An asynchronous
  * backend's submit costs no more than the wake-up, so its queue stays
  * with the dispatch thread.
@@ -222,11 +237,7 @@ take_token (struct queue *q)
   if (q->holders >= token_limit (q))
     return false;               /* the last holder looks again */
   if (backend_is_async (q->backend) || q->stopping) {
-    /* With every slot in flight, the next completion wakes it anyway:
-     * a writer waiting for room must not wake it for each look.
-     */
-    if (q->nr_batches < q->max_in_flight || dispatcher_needed (q))
-      queue_kick_dispatcher (q);
+    queue_kick_dispatcher (q);
     return false;
   }
   q->holders++;

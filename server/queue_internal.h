@@ -180,7 +180,6 @@ int queue_check_range (const struct queue *, uint64_t count,
                        uint64_t offset);
 void queue_plug (struct queue *);
 void queue_unplug_locked (struct queue *, enum unplug_cause);
-void queue_kick_dispatcher (struct queue *);
 
 /* queue_pieces.c */
 void piece_init (const struct queue *, struct piece *, enum op_kind,
@@ -238,6 +237,7 @@ uint64_t next_retry_ns (const struct queue *);
  */
 #define HELP_ROUND 4
 
+void queue_kick_dispatcher (struct queue *);
 bool run_queue_here (struct queue *, int steps, unsigned round);
 void wait_or_work (struct queue *, pthread_cond_t *until);
 int dispatch_thread_start (struct queue *);
