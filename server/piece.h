@@ -28,6 +28,9 @@ struct data_buffer;
 struct completion {
   uint32_t pending;             /* pieces not yet written */
   int err;                      /* first backend errno */
+  bool needs_flush;             /* a piece was written without FUA, or
+                                 * superseded: only a backend flush makes
+                                 * the request durable */
   pthread_cond_t cond;
 };
 
@@ -39,12 +42,15 @@ struct piece {
   uint64_t length;
   enum op_kind kind;            /* OP_WRITE, OP_ZERO or OP_TRIM */
   bool may_trim;                /* zero: holes allowed */
+  bool fua;                     /* its request carried FUA */
   uint64_t seq;                 /* arrival order of its request */
   uint64_t arrival_ns;
   uint64_t expires_ns;          /* deadline */
   struct data_buffer *buf;      /* OP_WRITE only */
   uint32_t buf_offset;          /* where this piece's bytes start in buf */
   struct completion *waiter;    /* NULL when nobody waits */
+  bool behind_stream;           /* its waiter let it wait for the stream
+                                 * in flight it continues (queue.c) */
 };
 
 RB_HEAD (piece_tree, piece);
@@ -72,13 +78,18 @@ piece_can_follow (const struct piece *prev, const struct piece *next)
     && (prev->kind != OP_ZERO || prev->may_trim == next->may_trim);
 }
 
-/* Under the queue lock: p is on the backend or superseded; its waiter,
- * if any, has one piece less to wait for.
+/* Under the queue lock: p is on the backend (durable there when it went
+ * out with FUA) or superseded; its waiter, if any, has one piece less to
+ * wait for.
  */
 static inline void
-piece_written (struct piece *p)
+piece_written (struct piece *p, bool durable)
 {
-  if (p->waiter && --p->waiter->pending == 0)
+  if (p->waiter == NULL)
+    return;
+  if (!durable)
+    p->waiter->needs_flush = true;
+  if (--p->waiter->pending == 0)
     pthread_cond_signal (&p->waiter->cond);
 }
 

@@ -74,6 +74,7 @@ queue_init_fields (struct queue *q, struct backend *backend,
     ? backend->max_writers : 1;
   q->max_in_flight = backend_is_async (backend) && backend->max_in_flight > 1
     ? backend->max_in_flight : SYNC_ROUND * q->max_holders;
+  q->writes_carry_fua = backend_is_async (backend) && backend->can_fua;
   q->elevator.by_offset = &q->by_offset;
   q->elevator.by_age = &q->by_age;
   q->flush.next_epoch = 1;
@@ -198,7 +199,7 @@ timer_fired (void *arg, uint64_t deadline_ns)
  * kernel's process asleep on its page, which unplugs the device at once
  * (the 2004 sync_page change): holding the plug could only make it wait.
  * Merging goes on regardless: arrivals while the backend is busy queue
- * up and go out together.
+ * up and go out together (behind_busy_stream).
  */
 static bool
 after_insert (struct queue *q, bool waiter)
@@ -215,6 +216,33 @@ after_insert (struct queue *q, bool waiter)
   else
     return false;
   return true;
+}
+
+/* A busy backend is itself the plug.  A waiting writer's piece that
+ * continues a write already on its way (back to back with a piece in
+ * flight, or with a queued piece waiting the same way) waits for that
+ * write instead of going out alone, as long as STREAM_BATCHES batches
+ * keep the backend busy: when one of them completes, the pieces queued
+ * behind it go out as one operation.  A piece that continues nothing,
+ * or finds the backend with room, goes at once, so depth 1 never waits
+ * and random writers keep every slot the backend has.  No timer is
+ * involved: whatever completes next sends the stream on.
+ */
+#define STREAM_BATCHES 2
+
+static bool
+behind_busy_stream (struct queue *q, const struct piece *p)
+{
+  const struct piece *prev;
+
+  queue_assert_locked (q);
+  if (p->waiter == NULL || q->nr_batches < STREAM_BATCHES || p->offset == 0)
+    return false;
+  prev = first_reaching (&q->in_flight, p->offset - 1);
+  if (prev && piece_can_follow (prev, p))
+    return true;
+  prev = RB_PREV (piece_tree, &q->by_offset, (struct piece *) p);
+  return prev && prev->behind_stream && piece_can_follow (prev, p);
 }
 
 /* ------------------------------------------------------------ submitting */
@@ -275,10 +303,11 @@ queue_check_range (const struct queue *q, uint64_t count, uint64_t offset)
 }
 
 /* The request r joins the queue as a piece: it cuts what it covers,
- * takes its sequence number, is counted, and moves the plug.  -1
- * (ENOMEM) when no piece could be had or a cut could not be made.
+ * takes its sequence number, is counted, and moves the plug.  The piece,
+ * valid until q->lock is dropped; NULL (ENOMEM) when no piece could be
+ * had or a cut could not be made.
  */
-static int
+static const struct piece *
 insert_piece (struct queue *q, struct session *s, const struct piece *r,
               unsigned flags, struct completion *waiter, bool *unplugged)
 {
@@ -288,12 +317,12 @@ insert_piece (struct queue *q, struct session *s, const struct piece *r,
 
   queue_assert_locked (q);
   if (p == NULL)
-    return -1;
+    return NULL;
   covered = cut_overlaps (q, r->offset, piece_end (r));
   if (covered == -1) {
     p->buf = NULL;
     piece_release (q, p);
-    return -1;
+    return NULL;
   }
   *p = *r;
   error_cursor (q, s);          /* this session now has writes here */
@@ -307,8 +336,27 @@ insert_piece (struct queue *q, struct session *s, const struct piece *r,
   if (flags & REQ_FUA)
     q->stats.fua_requests++;
   queue_link (q, p, NULL);
+  p->behind_stream = behind_busy_stream (q, p);
+  if (p->behind_stream)
+    q->stats.waits_behind_stream++;
   *unplugged = after_insert (q, waiter != NULL);
-  return 0;
+  return p;
+}
+
+/* A request behind a busy stream (behind_busy_stream) sleeps until its
+ * pieces are written, leaving them to whoever completes the stream's
+ * write in flight instead of sending them alone.  Counted as a
+ * dispatched waiter, so the queue is not plugged again under it.  Drops
+ * q->lock while it sleeps.
+ */
+static void
+wait_behind_stream (struct queue *q, struct completion *done)
+{
+  queue_assert_locked (q);
+  q->dispatched_waiters++;
+  if (done->pending > 0)
+    lock_wait (&done->cond, &q->lock);
+  q->dispatched_waiters--;
 }
 
 /* Until every piece of the request is written: 0 or its errno.  Drops
@@ -336,21 +384,28 @@ submit (struct queue *q, struct session *s, const struct piece *r,
     .pending = 1, .cond = PTHREAD_COND_INITIALIZER,
   };
   bool wait = (flags & REQ_FUA) || q->cfg.ack == ACK_DISPATCHED;
+  const struct piece *p;
   bool unplugged;
   int err = 0;
 
   lock_acquire (&q->lock);
   wait_for_space (q, r->kind == OP_WRITE ? r->length : 0);
-  if (insert_piece (q, s, r, flags, wait ? &done : NULL, &unplugged) == -1) {
+  p = insert_piece (q, s, r, flags, wait ? &done : NULL, &unplugged);
+  if (p == NULL) {
     lock_release (&q->lock);
     data_buffer_put (r->buf);
     errno = ENOMEM;
     return -1;
   }
-  if (flags & REQ_FUA)
+  if (p->behind_stream)
+    wait_behind_stream (q, &done);
+  if ((flags & REQ_FUA) && !q->writes_carry_fua)
     err = fua_wait_locked (q, s, &done);
-  else if (wait)
+  else if (wait) {
     err = wait_dispatched (q, &done);
+    if ((flags & REQ_FUA) && err == 0)
+      err = fua_written_locked (q, s, &done);
+  }
   else if (unplugged)
     run_queue_here (q, STEPS_HERE, SYNC_ROUND);
   else if (q->state == QUEUE_RUNNING)   /* joined a running queue */

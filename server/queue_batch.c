@@ -72,6 +72,7 @@ batch_add (struct queue *q, struct batch *b, struct piece *p, uint64_t now)
   queue_unlink (q, p);
   RB_INSERT (piece_tree, &q->in_flight, p);
   TAILQ_INSERT_TAIL (&b->pieces, p, batch);
+  b->fua |= p->fua && q->writes_carry_fua;
   latency_record (&q->stats.queue_time, now - p->arrival_ns);
   b->nr_pieces++;
   b->bytes += p->length;
@@ -241,7 +242,7 @@ batch_prepare (struct batch *b)
   b->requests = batch_requests (b);
   b->io = (struct backend_io) {
     .kind = b->kind, .offset = b->offset, .count = b->bytes,
-    .may_trim = b->may_trim,
+    .may_trim = b->may_trim, .fua = b->fua,
   };
   if (b->kind != OP_WRITE)
     return;
@@ -320,8 +321,8 @@ next_retry_ns (const struct queue *q)
 
 /* One piece of a completed batch: counted, its waiter told, freed. */
 static void
-piece_complete (struct queue *q, struct piece *p, int err, uint64_t now,
-                bool *latched)
+piece_complete (struct queue *q, const struct batch *b, struct piece *p,
+                int err, uint64_t now, bool *latched)
 {
   struct op_counters *c = &q->stats.op[p->kind];
 
@@ -338,7 +339,7 @@ piece_complete (struct queue *q, struct piece *p, int err, uint64_t now,
                q->name, strerror (err));
     *latched = true;
   }
-  piece_written (p);
+  piece_written (p, b->fua && err == 0);
   piece_release (q, p);
 }
 
@@ -365,7 +366,9 @@ batch_complete (struct queue *q, struct batch *b, int err)
     c->errors++;
   while ((p = TAILQ_FIRST (&b->pieces)) != NULL) {
     TAILQ_REMOVE (&b->pieces, p, batch);
-    piece_complete (q, p, err, now, &latched);
+    if (p->waiter && b->requests > 1)
+      q->stats.waiting_merged++;
+    piece_complete (q, b, p, err, now, &latched);
   }
   q->nr_batches--;
   batch_release (q, b);

@@ -23,7 +23,10 @@
  *
  * A FUA write is queued like any write (cutting older pieces, so no
  * older write can land over it later), unplugs (sync trigger), and goes
- * through the same sequence from step 1.
+ * through the same sequence from step 1.  On a queue whose writes carry
+ * FUA (an asynchronous backend with FUA), its batch goes out with FUA
+ * instead, and only a FUA piece that was superseded before it went out
+ * takes the sequence (fua_written_locked).
  *
  * Errors: a backend flush that fails fails every ticket of its epoch.
  * A write-out failure that no waiting request hears of (ack=queued) and
@@ -145,6 +148,21 @@ fua_wait_locked (struct queue *q, struct session *s, struct completion *done)
   queue_assert_locked (q);
   err = flush_wait_locked (q, s, flush_start_locked (q));
   return done->err ? done->err : err;
+}
+
+/* A FUA request whose pieces are all written (writes_carry_fua): durable
+ * already if each went out with FUA; one superseded by a newer write, or
+ * written without FUA, takes the flush sequence.  0 or an errno.  May
+ * drop q->lock (flush_wait_locked).
+ */
+int
+fua_written_locked (struct queue *q, struct session *s,
+                    const struct completion *done)
+{
+  queue_assert_locked (q);
+  if (done->needs_flush)
+    return flush_wait_locked (q, s, flush_start_locked (q));
+  return take_latched_error (q, s);
 }
 
 /* Step 4 for a FLUSH request, counted.  q->lock held on entry, released

@@ -87,6 +87,7 @@ struct batch {
   uint64_t bytes;
   enum op_kind kind;
   bool may_trim;
+  bool fua;                     /* carries a FUA piece (writes_carry_fua) */
   uint64_t issued_ns;
   uint64_t finished_ns;         /* its backend operation, not the round */
   struct iovec *iov;            /* room for every piece */
@@ -108,6 +109,13 @@ struct queue {
   unsigned index;               /* this disk's slot in every session */
   unsigned max_holders;         /* the backend's max_writers */
   uint32_t max_in_flight;       /* batches taken at once */
+  /* FUA requests ride on their batch's backend write, which is then
+   * durable on its own, instead of waiting for a backend flush.  Only
+   * for an asynchronous backend with FUA (a remote server): that costs
+   * no round trip more than the write.  A synchronous backend would
+   * sync once per batch where group commit shares one flush among many.
+   */
+  bool writes_carry_fua;
   struct buffer_pool *buffers;  /* spare mappings for aligned data;
                                  * has its own lock */
   struct data_buffer_spares spare_buffers; /* lock-free */
@@ -197,6 +205,8 @@ int cut_overlaps (struct queue *, uint64_t offset, uint64_t end);
 uint64_t flush_start_locked (struct queue *);
 int flush_wait_locked (struct queue *, struct session *, uint64_t ticket);
 int fua_wait_locked (struct queue *, struct session *, struct completion *);
+int fua_written_locked (struct queue *, struct session *,
+                        const struct completion *);
 int flush_wait_and_unlock (struct queue *, struct session *, uint64_t ticket,
                            uint64_t start_ns);
 bool flush_covers (const struct queue *, const struct piece *);

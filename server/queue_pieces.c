@@ -25,7 +25,7 @@ piece_init (const struct queue *q, struct piece *p, enum op_kind kind,
 {
   *p = (struct piece) {
     .offset = offset, .length = count, .kind = kind,
-    .may_trim = (flags & REQ_MAY_TRIM) != 0,
+    .may_trim = (flags & REQ_MAY_TRIM) != 0, .fua = (flags & REQ_FUA) != 0,
     .arrival_ns = monotonic_ns (),
   };
   p->expires_ns = p->arrival_ns + q->cfg.write_expire_ns;
@@ -132,7 +132,7 @@ piece_superseded (struct queue *q, struct piece *p)
   queue_assert_locked (q);
   queue_unlink (q, p);
   piece_gone (q);
-  piece_written (p);
+  piece_written (p, false);
   piece_release (q, p);
 }
 

@@ -59,6 +59,10 @@ struct queue_stats {
   uint64_t unplugs[UNPLUG_CAUSES];
   uint64_t requests_dispatched; /* pieces dispatched, for IOs per unplug */
   uint64_t full_waits;          /* writers that waited for queue space */
+  uint64_t waits_behind_stream; /* waiting writes left to merge behind a
+                                 * busy stream instead of going alone */
+  uint64_t waiting_merged;      /* pieces of waiting writes that went out
+                                 * in one operation with other requests */
   uint64_t latched_errors;
   uint64_t writeback_retries;   /* write-outs tried again for memory */
   uint64_t queued_requests;     /* now */

@@ -198,6 +198,8 @@ disk_json (struct queue *q)
       || set (o, "unplugs", unplugs_json (&st)) == -1
       || set (o, "pieces_dispatched", num (st.requests_dispatched)) == -1
       || set (o, "full_waits", num (st.full_waits)) == -1
+      || set (o, "waits_behind_stream", num (st.waits_behind_stream)) == -1
+      || set (o, "waiting_merged", num (st.waiting_merged)) == -1
       || set (o, "latched_errors", num (st.latched_errors)) == -1
       || set (o, "writeback_retries", num (st.writeback_retries)) == -1
       || set (o, "queued_requests", num (st.queued_requests)) == -1

@@ -632,8 +632,10 @@ choose_params (struct harness_params *p, struct byte_source *src,
    * once, like memory.
    */
   b = byte_source_u8 (src);
-  if (b % 4 == 0)
+  if (b % 4 == 0) {
     p->backend.async = PICK_INDEX (async_choices, b >> 2);
+    p->backend.fua = (b & 0x80) != 0;
+  }
   else if (b % 4 == 1)
     p->backend.writers = PICK_INDEX (writers_choices, b >> 2);
 }
@@ -699,7 +701,7 @@ harness_params_format (const struct harness_params *p, char *buf,
             " queue-bytes=%s queue-requests=%" PRIu32 " expire=%s"
             " disk=%" PRIu64 " lanes=%u"
             " trim=%s fast-zero=%s max-write=%s max-iov=%d minimum=%" PRIu32
-            " async=%u writers=%u",
+            " async=%u%s writers=%u",
             c->elevator->name,
             c->ack == ACK_QUEUED ? "queued" : "dispatched",
             c->unplug_thresh,
@@ -713,7 +715,7 @@ harness_params_format (const struct harness_params *p, char *buf,
             p->backend.max_write
             ? human_bytes (p->backend.max_write, b[4], sizeof b[4]) : "own",
             p->backend.max_iov, p->backend.minimum, p->backend.async,
-            p->backend.writers);
+            p->backend.fua ? "+fua" : "", p->backend.writers);
 }
 
 /* ------------------------------------------------------------ harness */
@@ -852,6 +854,8 @@ backend_new (struct harness *h)
     backend_close (b);
     return NULL;
   }
+  if (bp->async && bp->fua)
+    test_backend_set_fua (tb);
   test_backend_jitter (tb, h->p.disk_size ^ h->p.config.unplug_thresh);
   return tb;
 }

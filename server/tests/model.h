@@ -185,6 +185,7 @@ struct backend_params {
   int max_iov;                  /* 0: the memory backend's own */
   uint32_t minimum;             /* 0: the memory backend's own */
   unsigned async;               /* >0: submit, this many in flight */
+  bool fua;                     /* async only: honours FUA */
   unsigned writers;             /* >1: max_writers of a synchronous one */
 };
 

@@ -5,6 +5,7 @@
 
 #include <config.h>
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -251,6 +252,20 @@ mark_dirty (struct test_backend *tb, uint64_t count, uint64_t offset)
   lock_release (&tb->lock);
 }
 
+/* A FUA operation's range is durable once it completes: it no longer
+ * waits for a flush.
+ */
+static void
+mark_durable (struct test_backend *tb, uint64_t count, uint64_t offset)
+{
+  if (tb->dirty == NULL || offset >= tb->b.size)
+    return;
+  count = MIN (count, tb->b.size - offset);
+  lock_acquire (&tb->lock);
+  memset (&tb->dirty[offset], 0, count);
+  lock_release (&tb->lock);
+}
+
 /* What completed before a flush starts is what it covers.  With other
  * writers running, a flush that takes its time lets them try to start
  * another.
@@ -445,7 +460,9 @@ run_call (struct test_backend *tb, const struct tb_call *c,
   if (c->op == TB_FLUSH)
     flush_begins (tb);
   r = pass_on (tb, c, a);
-  if (changes)
+  if (changes && c->fua && r == 0)
+    mark_durable (tb, c->count, c->offset);
+  else if (changes)
     mark_dirty (tb, c->count, c->offset);
   return call_end (tb, c->op, r);
 }
@@ -605,7 +622,8 @@ io_count (const struct backend_io *io)
 static int
 run_io (struct test_backend *tb, const struct backend_io *io)
 {
-  struct tb_call c = { .offset = io->offset, .count = io_count (io) };
+  struct tb_call c = { .offset = io->offset, .count = io_count (io),
+                       .fua = io->fua };
 
   switch (io->kind) {
   case OP_WRITE:
@@ -751,7 +769,7 @@ tb_submit (struct backend *b, struct backend_io *io)
   uint64_t count = io_count (io);
   unsigned slot;
 
-  if (io->fua) {
+  if (io->fua && !tb->b.can_fua) {
     errno = EINVAL;
     return -1;
   }
@@ -825,6 +843,13 @@ test_backend_set_async_workers (struct test_backend *tb, unsigned n,
   tb->b.max_in_flight = n;
   tb->want_workers = workers;
   return 0;
+}
+
+void
+test_backend_set_fua (struct test_backend *tb)
+{
+  assert (tb->b.ops == &test_async_ops);
+  tb->b.can_fua = true;
 }
 
 int

@@ -52,6 +52,7 @@ struct tb_call {
   uint64_t count;               /* bytes (0 for flush) */
   int iovcnt;                   /* pwritev only */
   bool may_trim;                /* zero only */
+  bool fua;                     /* submitted with FUA (test_backend_set_fua) */
   pthread_t thread;             /* the thread that made it */
   unsigned busy;                /* calls still unfinished when it arrived:
                                  * a flush with 0 started after every
@@ -85,6 +86,11 @@ int test_backend_set_async (struct test_backend *, unsigned n);
  */
 int test_backend_set_async_workers (struct test_backend *, unsigned n,
                                     unsigned workers);
+/* An asynchronous backend that honours FUA, as an NBD backend to a
+ * server with FUA does: a write, zero or trim submitted with it is
+ * durable when it completes (no later flush needed for its range).
+ */
+void test_backend_set_fua (struct test_backend *);
 
 /* From now on calls take their time now and then, by a PRNG seeded with
  * seed: an asynchronous operation is picked at random among the pending

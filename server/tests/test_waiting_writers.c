@@ -1,0 +1,335 @@
+/* plugq: unit tests for writers that wait for their own write (FUA,
+ * ack=dispatched): a busy backend is their plug, and a backend with FUA
+ * makes their writes durable without a flush.
+ *
+ *  - At depth 1 a waiting write goes out at once and alone, even behind
+ *    an unplug delay of an hour.
+ *  - At depth, waiting writes that continue a write in flight wait for
+ *    it and go out merged: on an asynchronous backend once two batches
+ *    keep it busy, on a synchronous one while its dispatch token is
+ *    held.
+ *  - On an asynchronous backend with FUA a FUA batch carries the flag
+ *    and no backend flush follows; a FUA piece superseded before it went
+ *    out still waits for a flush that covers the newer write.
+ *
+ * Every wait is bounded (fixtures.h); a held backend gate keeps a write
+ * in flight for as long as a case needs.
+ */
+
+#include <config.h>
+
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "fixtures.h"
+#include "queue.h"
+#include "tap.h"
+#include "test_backends.h"
+
+#define KiB ((uint64_t) 1024)
+#define MiB (KiB * 1024)
+#define DISK_SIZE (4 * MiB)
+#define BLOCK (4 * KiB)
+#define ASYNC_IN_FLIGHT 8
+#define MAX_CALLS 64
+
+struct write_job {
+  struct queue *q;
+  int c;
+  uint64_t offset;
+  unsigned flags;
+};
+
+static int
+write_job_run (void *arg)
+{
+  struct write_job *j = arg;
+
+  return test_write_fill (j->q, NULL, j->c, BLOCK, j->offset, j->flags);
+}
+
+static struct queue_config
+waiting_config (enum ack_mode ack)
+{
+  struct queue_config cfg = test_config (TEST_HOUR, 16);
+
+  cfg.ack = ack;
+  return cfg;
+}
+
+/* One disk: async > 0 makes it asynchronous, fua gives it FUA. */
+static bool
+rig_start (struct test_rig *r, const struct queue_config *cfg,
+           unsigned async, bool fua)
+{
+  struct test_backend *tb;
+
+  memset (r, 0, sizeof *r);
+  tb = test_rig_backend (r, DISK_SIZE);
+  if (tb == NULL || (async && test_backend_set_async (tb, async) == -1))
+    return false;
+  if (fua)
+    test_backend_set_fua (tb);
+  return test_rig_start (r, cfg);
+}
+
+/* The backend writes so far, in the order they arrived. */
+static size_t
+writes (struct test_disk *d, struct tb_call *calls)
+{
+  return test_backend_calls (d->tb, TB_PWRITEV, calls, MAX_CALLS);
+}
+
+/* At least n backend writes have arrived (a bounded wait). */
+#define ENTERED(r, n) test_backend_wait_entered ((r).d[0].tb, TB_PWRITEV, (n))
+
+/* Starts a waiting write of one block of c at offset on its own thread
+ * and waits until it has reached the queue (counted by `arrived`).
+ */
+#define START_WRITE(t, j, arrived) \
+  (CHECK (test_thread_start ((t), write_job_run, (j)) == 0) \
+   && CHECK (TEST_WAIT_FOR (arrived)))
+
+/* ------------------------------------------------------------ depth 1 */
+
+static void
+test_depth_one_goes_at_once (unsigned async)
+{
+  struct queue_config cfg = waiting_config (ACK_DISPATCHED);
+  struct tb_call calls[MAX_CALLS];
+  struct test_rig r;
+  struct queue_stats st;
+  bool ok = CHECK (rig_start (&r, &cfg, async, false));
+  size_t n = 0;
+
+  /* Back to back, one at a time: each continues the one before, which
+   * has completed, so nothing is busy and nothing waits for the hour.
+   */
+  for (int i = 0; ok && i < 8; i++) {
+    struct write_job j = { r.d[0].q, 'a' + i, i * BLOCK, 0 };
+    struct test_thread t = TEST_THREAD_INIT;
+
+    ok = CHECK (test_thread_start (&t, write_job_run, &j) == 0)
+      && CHECK (test_thread_wait (&t)) && CHECK (t.result == 0);
+    test_thread_join (&t);
+  }
+  if (ok) {
+    st = test_stats (r.d[0].q);
+    n = writes (&r.d[0], calls);
+    ok = CHECK (n == 8) && CHECK (st.waits_behind_stream == 0)
+      && CHECK (st.waiting_merged == 0);
+  }
+  test_rig_stop (&r);
+  tap_ok (ok, "depth 1, ack=dispatched behind an hour's unplug delay: each"
+          " write goes out at once and alone (%zu backend writes)%s", n,
+          async ? " [async]" : "");
+}
+
+/* ------------------------------------------------------------ depth */
+
+/* Five waiting writes back to back while the first is held in the
+ * backend: the last three go out as one operation.
+ */
+static void
+test_async_stream_merges (void)
+{
+  struct queue_config cfg = waiting_config (ACK_DISPATCHED);
+  struct write_job j[5];
+  struct test_thread t[5] = {
+    TEST_THREAD_INIT, TEST_THREAD_INIT, TEST_THREAD_INIT, TEST_THREAD_INIT,
+    TEST_THREAD_INIT,
+  };
+  struct tb_call calls[MAX_CALLS];
+  struct test_rig r;
+  struct queue_stats st = { 0 };
+  size_t n = 0;
+  bool ok = CHECK (rig_start (&r, &cfg, ASYNC_IN_FLIGHT, false));
+
+  for (int i = 0; i < 5; i++)
+    j[i] = (struct write_job) { r.d[0].q, 'a' + i, i * BLOCK, 0 };
+  if (ok)
+    test_backend_block (r.d[0].tb, TB_PWRITEV);
+  /* The first two find the backend with room and go at once ... */
+  ok = ok && START_WRITE (&t[0], &j[0],
+                          ENTERED (r, 1));
+  ok = ok && START_WRITE (&t[1], &j[1],
+                          ENTERED (r, 2));
+  /* ... the next three continue the stream the backend is busy with. */
+  for (int i = 2; ok && i < 5; i++)
+    ok = START_WRITE (&t[i], &j[i], test_stats (r.d[0].q).waits_behind_stream
+                      == (uint64_t) i - 1);
+  test_backend_release (r.d[0].tb, TB_PWRITEV);
+  for (int i = 0; i < 5; i++)
+    ok = ok && CHECK (test_thread_wait (&t[i])) && CHECK (t[i].result == 0);
+  if (ok) {
+    st = test_stats (r.d[0].q);
+    n = writes (&r.d[0], calls);
+    ok = CHECK (n == 3) && CHECK (calls[2].offset == 2 * BLOCK)
+      && CHECK (calls[2].count == 3 * BLOCK)
+      && CHECK (st.waiting_merged == 3)
+      && CHECK (test_backend_holds (r.d[0].tb, 'e', BLOCK, 4 * BLOCK));
+  }
+  for (int i = 0; i < 5; i++)
+    test_thread_join (&t[i]);
+  test_rig_stop (&r);
+  tap_ok (ok, "at depth on an asynchronous backend, waiting writes behind a"
+          " busy stream merge (%zu backend writes, %" PRIu64 " held, %"
+          PRIu64 " merged)", n, st.waits_behind_stream, st.waiting_merged);
+}
+
+/* A synchronous backend with one dispatch token: while its holder is in
+ * the backend, the waiting writes behind it queue up and go out as one.
+ */
+static void
+test_sync_token_merges (void)
+{
+  struct queue_config cfg = waiting_config (ACK_DISPATCHED);
+  struct write_job j[5];
+  struct test_thread t[5] = {
+    TEST_THREAD_INIT, TEST_THREAD_INIT, TEST_THREAD_INIT, TEST_THREAD_INIT,
+    TEST_THREAD_INIT,
+  };
+  struct tb_call calls[MAX_CALLS];
+  struct test_rig r;
+  struct queue_stats st = { 0 };
+  size_t n = 0;
+  bool ok = CHECK (rig_start (&r, &cfg, 0, false));
+
+  for (int i = 0; i < 5; i++)
+    j[i] = (struct write_job) { r.d[0].q, 'a' + i, i * BLOCK, 0 };
+  if (ok)
+    test_backend_block (r.d[0].tb, TB_PWRITEV);
+  ok = ok && START_WRITE (&t[0], &j[0],
+                          ENTERED (r, 1));
+  for (int i = 1; ok && i < 5; i++)
+    ok = START_WRITE (&t[i], &j[i], test_stats (r.d[0].q).op[OP_WRITE].requests
+                      == (uint64_t) i + 1);
+  test_backend_release (r.d[0].tb, TB_PWRITEV);
+  for (int i = 0; i < 5; i++)
+    ok = ok && CHECK (test_thread_wait (&t[i])) && CHECK (t[i].result == 0);
+  if (ok) {
+    st = test_stats (r.d[0].q);
+    n = writes (&r.d[0], calls);
+    ok = CHECK (n == 2) && CHECK (calls[1].count == 4 * BLOCK)
+      && CHECK (st.waiting_merged == 4);
+  }
+  for (int i = 0; i < 5; i++)
+    test_thread_join (&t[i]);
+  test_rig_stop (&r);
+  tap_ok (ok, "at depth on a synchronous backend, waiting writes queue"
+          " while its token is busy and merge (%zu backend writes)", n);
+}
+
+/* ------------------------------------------------------------ FUA */
+
+static size_t
+flushes (struct test_disk *d)
+{
+  return test_backend_count (d->tb, TB_FLUSH);
+}
+
+/* Four FUA writes back to back at depth on a backend with FUA: every
+ * backend write carries FUA, the last two merged, and no flush.
+ */
+static void
+test_fua_rides_on_writes (void)
+{
+  struct queue_config cfg = waiting_config (ACK_QUEUED);
+  struct write_job j[4];
+  struct test_thread t[4] = {
+    TEST_THREAD_INIT, TEST_THREAD_INIT, TEST_THREAD_INIT, TEST_THREAD_INIT,
+  };
+  struct tb_call calls[MAX_CALLS];
+  struct test_rig r;
+  size_t n = 0, fua = 0;
+  bool ok = CHECK (rig_start (&r, &cfg, ASYNC_IN_FLIGHT, true));
+
+  for (int i = 0; i < 4; i++)
+    j[i] = (struct write_job) { r.d[0].q, 'a' + i, i * BLOCK, REQ_FUA };
+  if (ok)
+    test_backend_block (r.d[0].tb, TB_PWRITEV);
+  ok = ok && START_WRITE (&t[0], &j[0],
+                          ENTERED (r, 1));
+  ok = ok && START_WRITE (&t[1], &j[1],
+                          ENTERED (r, 2));
+  for (int i = 2; ok && i < 4; i++)
+    ok = START_WRITE (&t[i], &j[i], test_stats (r.d[0].q).waits_behind_stream
+                      == (uint64_t) i - 1);
+  test_backend_release (r.d[0].tb, TB_PWRITEV);
+  for (int i = 0; i < 4; i++)
+    ok = ok && CHECK (test_thread_wait (&t[i])) && CHECK (t[i].result == 0);
+  if (ok) {
+    n = writes (&r.d[0], calls);
+    for (size_t i = 0; i < n; i++)
+      fua += calls[i].fua;
+    ok = CHECK (n == 3) && CHECK (fua == n) && CHECK (flushes (&r.d[0]) == 0)
+      && CHECK (calls[2].count == 2 * BLOCK);
+  }
+  for (int i = 0; i < 4; i++)
+    test_thread_join (&t[i]);
+  test_rig_stop (&r);
+  tap_ok (ok, "FUA writes on a backend with FUA: %zu backend writes, %zu with"
+          " FUA, no backend flush", n, fua);
+}
+
+/* A FUA write waits in the queue behind an older write in flight over
+ * the same bytes; a newer ordinary write replaces it there.  Its answer
+ * must wait for a backend flush after the newer write: the disk holds
+ * neither version durably before that.
+ */
+static void
+test_superseded_fua_flushes (void)
+{
+  struct queue_config cfg = test_config (TEST_HOUR, 1);
+  struct write_job fua_job = { .c = 'f', .offset = 0, .flags = REQ_FUA };
+  struct test_thread t = TEST_THREAD_INIT;
+  struct tb_call calls[MAX_CALLS];
+  struct test_rig r;
+  size_t n = 0, last_write = 0, flush_at = SIZE_MAX;
+  bool ok = CHECK (rig_start (&r, &cfg, ASYNC_IN_FLIGHT, true));
+
+  fua_job.q = r.d[0].q;
+  if (ok)
+    test_backend_block (r.d[0].tb, TB_PWRITEV);
+  /* 'x' goes out (unplug-thresh=1) and is held in the backend, */
+  ok = ok && CHECK (test_write_fill (r.d[0].q, NULL, 'x', BLOCK, 0, 0) == 0);
+  ok = ok && CHECK (ENTERED (r, 1));
+  /* the FUA 'f' over it must wait in the queue, */
+  ok = ok && START_WRITE (&t, &fua_job,
+                          test_stats (r.d[0].q).fua_requests == 1);
+  /* and 'y' replaces 'f' there before it went out. */
+  ok = ok && CHECK (test_write_fill (r.d[0].q, NULL, 'y', BLOCK, 0, 0) == 0);
+  test_backend_release (r.d[0].tb, TB_PWRITEV);
+  ok = ok && CHECK (test_thread_wait (&t)) && CHECK (t.result == 0);
+  if (ok) {
+    n = test_backend_calls (r.d[0].tb, TB_OPS, calls, MAX_CALLS);
+    for (size_t i = 0; i < n; i++) {
+      if (calls[i].op == TB_PWRITEV)
+        last_write = i;
+      else if (calls[i].op == TB_FLUSH)
+        flush_at = i;
+    }
+    ok = CHECK (flush_at != SIZE_MAX && flush_at > last_write)
+      && CHECK (test_backend_holds (r.d[0].tb, 'y', BLOCK, 0));
+  }
+  test_thread_join (&t);
+  test_rig_stop (&r);
+  tap_ok (ok, "a FUA write replaced in the queue by a newer write is"
+          " answered after a backend flush that covers the newer one");
+}
+
+int
+main (void)
+{
+  test_depth_one_goes_at_once (0);
+  test_depth_one_goes_at_once (ASYNC_IN_FLIGHT);
+  test_async_stream_merges ();
+  test_sync_token_merges ();
+  test_fua_rides_on_writes ();
+  test_superseded_fua_flushes ();
+  tap_plan (tap_count);
+  return tap_done ();
+}
