@@ -324,6 +324,64 @@ for name, path, log in (("r", sys.argv[1], sys.argv[2]), ("q", sys.argv[3], sys.
 EOF
 }
 
+@test "nbd: ack=dispatched writers go one by one at depth 1 and merge at depth behind a busy remote" {
+  make_file "$T/r.img" 4M
+  start_remote r --filter=log --filter=delay file "$T/r.img" \
+    logfile="$T/r.log" delay-write=2ms
+  start_plugq disk=r nbd="$(ruri r)" ack=dispatched unplug-delay=20s \
+    stats="$T/stats.json" stats-interval=20ms
+  pyrun "$T/r.img" "$T/r.log" "$T/stats.json" <<'EOF'
+import sys
+from nbdremote import *
+img, log, stats = sys.argv[1:]
+h = connect("r")
+# Depth 1: each write is answered before the next, behind a 20 s plug.
+one = [pattern(i, 4096) for i in range(16)]
+for i, d in enumerate(one):
+    h.pwrite(d, i * 4096)
+n1 = len(log_calls(log, "Write"))
+assert n1 == 16, "16 writes at depth 1 became %d remote writes" % n1
+# Depth: 64 pipelined sequential writes while the remote is busy.
+deep = [pattern(100 + i, 4096) for i in range(64)]
+aio_pwrite_all(h, [(d, MiB + i * 4096) for i, d in enumerate(deep)])
+n2 = len(log_calls(log, "Write")) - n1
+expect_file(img, 0, b"".join(one), "remote file at depth 1")
+expect_file(img, MiB, b"".join(deep), "remote file at depth")
+assert n2 <= 28, "64 pipelined waiting writes became %d remote writes" % n2
+def merged():
+    doc = load_stats(stats)
+    return stat(doc, "r", "waiting_merged"), stat(doc, "r", "waits_behind_stream")
+poll(lambda: merged()[0] > 0, 10, "waiting_merged counted in the stats")
+print("# depth 1: 16 remote writes; depth: 64 writes became %d; "
+      "waiting_merged, waits_behind_stream = %s" % (n2, merged()))
+h.shutdown()
+EOF
+}
+
+@test "nbd: FUA writes reach a remote with FUA as FUA writes, with no Flush" {
+  make_file "$T/r.img" 4M
+  start_remote r --filter=log --filter=delay file "$T/r.img" \
+    logfile="$T/r.log" delay-write=1ms
+  start_plugq disk=r nbd="$(ruri r)"
+  pyrun "$T/r.img" "$T/r.log" <<'EOF'
+import sys
+from nbdremote import *
+img, log = sys.argv[1:]
+h = connect("r")
+data = [pattern(i, 4096) for i in range(32)]
+aio_pwrite_all(h, [(d, i * 4096) for i, d in enumerate(data)],
+               flags=nbd.CMD_FLAG_FUA)
+calls = log_calls(log)
+writes = [f for a, f in calls if a == "Write"]
+assert writes and all(f.get("fua") == "1" for f in writes), \
+    "remote writes without fua=1: %s" % show(calls)
+assert not [a for a, _ in calls if a == "Flush"], \
+    "FUA writes were followed by a Flush: %s" % show(calls)
+expect_file(img, 0, b"".join(data), "remote file after FUA writes")
+h.shutdown()
+EOF
+}
+
 @test "nbd: merged writes fill the remote's maximum payload (64K) and never exceed it" {
   make_file "$T/r.img" 4M
   start_remote r --filter=log --filter=blocksize-policy file "$T/r.img" \
