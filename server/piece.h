@@ -43,14 +43,23 @@ struct piece {
   enum op_kind kind;            /* OP_WRITE, OP_ZERO or OP_TRIM */
   bool may_trim;                /* zero: holes allowed */
   bool fua;                     /* its request carried FUA */
+  /* A FLUSH started from now on must wait for it: its request was
+   * answered (ack=queued), it is FUA, or it took over bytes of a request
+   * that may have been answered.  A waiting write's piece is not: its
+   * request is answered only once it is written.
+   */
+  bool promised;
   uint64_t seq;                 /* arrival order of its request */
   uint64_t arrival_ns;
   uint64_t expires_ns;          /* deadline */
   struct data_buffer *buf;      /* OP_WRITE only */
   uint32_t buf_offset;          /* where this piece's bytes start in buf */
   struct completion *waiter;    /* NULL when nobody waits */
-  bool behind_stream;           /* its waiter let it wait for the stream
-                                 * in flight it continues (queue.c) */
+  /* Behind a busy stream (queue.c): not to go out before the queue's
+   * batches_done reaches this, unless merged into a batch it continues.
+   * 0 when it may go at once.
+   */
+  uint64_t held_until;
 };
 
 RB_HEAD (piece_tree, piece);

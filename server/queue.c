@@ -222,8 +222,9 @@ after_insert (struct queue *q, bool waiter)
  * continues a write already on its way (back to back with a piece in
  * flight, or with a queued piece waiting the same way) waits for that
  * write instead of going out alone, as long as STREAM_BATCHES batches
- * keep the backend busy: when one of them completes, the pieces queued
- * behind it go out as one operation.  A piece that continues nothing,
+ * keep the backend busy: it is held (piece_held) until a batch
+ * completes, and then the pieces queued behind it go out as one
+ * operation.  A piece that continues nothing,
  * or finds the backend with room, goes at once, so depth 1 never waits
  * and random writers keep every slot the backend has.  No timer is
  * involved: whatever completes next sends the stream on.
@@ -242,7 +243,7 @@ behind_busy_stream (struct queue *q, const struct piece *p)
   if (prev && piece_can_follow (prev, p))
     return true;
   prev = RB_PREV (piece_tree, &q->by_offset, (struct piece *) p);
-  return prev && prev->behind_stream && piece_can_follow (prev, p);
+  return prev && piece_held (q, prev) && piece_can_follow (prev, p);
 }
 
 /* ------------------------------------------------------------ submitting */
@@ -313,13 +314,13 @@ insert_piece (struct queue *q, struct session *s, const struct piece *r,
 {
   struct op_counters *c = &q->stats.op[r->kind];
   struct piece *p = piece_alloc (q);
-  int covered;
+  int cut;
 
   queue_assert_locked (q);
   if (p == NULL)
     return NULL;
-  covered = cut_overlaps (q, r->offset, piece_end (r));
-  if (covered == -1) {
+  cut = cut_overlaps (q, r->offset, piece_end (r));
+  if (cut == -1) {
     p->buf = NULL;
     piece_release (q, p);
     return NULL;
@@ -328,17 +329,19 @@ insert_piece (struct queue *q, struct session *s, const struct piece *r,
   error_cursor (q, s);          /* this session now has writes here */
   p->seq = ++q->next_seq;
   /* The flush that covered what p replaced now waits for p. */
-  if (covered)
+  if (cut & CUT_COVERED)
     q->flush.barrier_seq = p->seq;
   p->waiter = waiter;
+  p->promised = waiter == NULL || p->fua || (cut & CUT_ANY);
   c->requests++;
   c->request_bytes += p->length;
   if (flags & REQ_FUA)
     q->stats.fua_requests++;
   queue_link (q, p, NULL);
-  p->behind_stream = behind_busy_stream (q, p);
-  if (p->behind_stream)
+  if (behind_busy_stream (q, p)) {
+    p->held_until = q->batches_done + 1;
     q->stats.waits_behind_stream++;
+  }
   *unplugged = after_insert (q, waiter != NULL);
   return p;
 }
@@ -397,7 +400,7 @@ submit (struct queue *q, struct session *s, const struct piece *r,
     errno = ENOMEM;
     return -1;
   }
-  if (p->behind_stream)
+  if (p->held_until)
     wait_behind_stream (q, &done);
   if ((flags & REQ_FUA) && !q->writes_carry_fua)
     err = fua_wait_locked (q, s, &done);

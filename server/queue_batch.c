@@ -45,9 +45,18 @@ overlaps_in_flight (struct queue *q, const struct piece *p)
   return f && f->offset < piece_end (p);
 }
 
-/* When the elevator's choice must wait for an operation in flight, the
- * oldest pieces that need not wait go instead of leaving the backend
- * idle for a round trip.
+/* A piece that may not start a batch now: it overlaps an operation in
+ * flight, or waits behind a busy stream (piece_held).
+ */
+static bool
+must_wait (struct queue *q, const struct piece *p)
+{
+  queue_assert_locked (q);
+  return piece_held (q, p) || overlaps_in_flight (q, p);
+}
+
+/* When the elevator's choice must wait, the oldest pieces that need not
+ * go instead of leaving the backend idle for a round trip.
  */
 #define DISPATCHABLE_SCAN 64
 
@@ -58,7 +67,7 @@ oldest_dispatchable (struct queue *q)
 
   queue_assert_locked (q);
   for (int i = 0; p && i < DISPATCHABLE_SCAN; i++) {
-    if (!overlaps_in_flight (q, p))
+    if (!must_wait (q, p))
       return p;
     p = TAILQ_NEXT (p, by_age);
   }
@@ -177,7 +186,7 @@ batch_take (struct queue *q)
   queue_assert_locked (q);
   q->elevator.barrier_seq = q->flush.wanted ? q->flush.barrier_seq : 0;
   p = q->cfg.elevator->first (&q->elevator, now);
-  if (p && overlaps_in_flight (q, p))
+  if (p && must_wait (q, p))
     p = oldest_dispatchable (q);
   if (p == NULL || (b = batch_alloc (q)) == NULL)
     return NULL;
@@ -327,7 +336,7 @@ piece_complete (struct queue *q, const struct batch *b, struct piece *p,
   struct op_counters *c = &q->stats.op[p->kind];
 
   RB_REMOVE (piece_tree, &q->in_flight, p);
-  piece_gone (q);
+  piece_gone (q, p);
   q->stats.in_flight--;
   c->ticks_ms_x1000 += (now - p->arrival_ns) / 1000;
   q->stats.time_in_queue_us += (now - p->arrival_ns) / 1000;
@@ -371,5 +380,6 @@ batch_complete (struct queue *q, struct batch *b, int err)
     piece_complete (q, b, p, err, now, &latched);
   }
   q->nr_batches--;
+  q->batches_done++;            /* frees the pieces held behind it */
   batch_release (q, b);
 }

@@ -14,9 +14,13 @@
  *               raises the barrier to itself: it now holds the only copy
  *               of bytes the flush promised.
  *   3. FLUSH    once nothing at or below the barrier is queued and no
- *               batch is in flight (flush_due), one dispatch token holder
- *               runs one backend flush (backend_flush_locked) for epoch
- *               next_epoch++.  One runs at a time, so epochs end in order.
+ *               batch is in flight, or no promised piece is left at all
+ *               (flush_due), one dispatch token holder runs one backend
+ *               flush (backend_flush_locked) for epoch next_epoch++.  One
+ *               runs at a time, so epochs end in order.  A FLUSH promises
+ *               what was answered before it: a writer still waiting for
+ *               its own write (ack=dispatched) has not been, and a flush
+ *               does not wait for it.
  *   4. ANSWER   every waiter whose ticket <= done_epoch is answered:
  *               all FLUSHes and FUAs that registered before the backend
  *               flush started share it (group commit).
@@ -188,13 +192,19 @@ flush_covers (const struct queue *q, const struct piece *p)
   return q->flush.wanted && p->seq <= q->flush.barrier_seq;
 }
 
-/* Pieces up to the flush barrier are still queued or in flight. */
+/* Pieces up to the flush barrier are still queued or in flight.  Only
+ * promised ones count (piece.h): with none left, everything a FLUSH
+ * must cover is on the backend, and writers still waiting for their own
+ * writes (ack=dispatched) do not hold it back.
+ */
 static bool
 flush_blocked (const struct queue *q)
 {
   const struct piece *oldest = TAILQ_FIRST (&q->by_age);
 
   queue_assert_locked (q);
+  if (q->promised_pieces == 0)
+    return false;
   return q->nr_batches > 0
     || (oldest && oldest->seq <= q->flush.barrier_seq);
 }

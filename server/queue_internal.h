@@ -138,9 +138,11 @@ struct queue {
    * and every write it could have missed is already there.
    */
   _Atomic uint64_t pieces_present;
+  uint64_t promised_pieces;     /* queued or in flight, piece->promised */
   struct piece_list spare_pieces; /* for the next requests to reuse */
   uint32_t nr_spare_pieces;
   uint32_t nr_batches;
+  uint64_t batches_done;        /* completed, for piece->held_until */
   struct batch *spare_batches;  /* finished, for the next to reuse */
   struct batch *retrying;       /* in flight, waiting to be tried again */
   struct elevator_state elevator;
@@ -194,11 +196,14 @@ void piece_init (const struct queue *, struct piece *, enum op_kind,
                  uint64_t count, uint64_t offset, unsigned flags);
 struct piece *piece_alloc (struct queue *);
 void piece_release (struct queue *, struct piece *);
-void piece_gone (struct queue *);
+void piece_gone (struct queue *, const struct piece *);
 void pieces_free (struct queue *);
 void queue_link (struct queue *, struct piece *, struct piece *after);
 void queue_unlink (struct queue *, struct piece *);
 struct piece *first_reaching (struct piece_tree *, uint64_t offset);
+/* What cut_overlaps cut: any queued piece, one a pending FLUSH covers. */
+#define CUT_ANY 1
+#define CUT_COVERED 2
 int cut_overlaps (struct queue *, uint64_t offset, uint64_t end);
 
 /* queue_flush.c */
@@ -220,6 +225,13 @@ int read_overlaid (struct queue *, void *buf, uint32_t count,
                    uint64_t offset);
 int extents_overlaid (struct queue *, uint64_t count, uint64_t offset,
                       struct extent_list *);
+
+/* Whether p still waits behind a busy stream (piece->held_until). */
+static inline bool
+piece_held (const struct queue *q, const struct piece *p)
+{
+  return p->held_until > q->batches_done;
+}
 
 /* queue_batch.c */
 bool batch_reserve (struct queue *);

@@ -47,11 +47,14 @@ piece_alloc (struct queue *q)
   return p;
 }
 
-/* p has left the queue for good: no read needs to see it any more. */
+/* p has left the queue for good: no read needs to see it any more, and
+ * no flush needs to wait for it.
+ */
 void
-piece_gone (struct queue *q)
+piece_gone (struct queue *q, const struct piece *p)
 {
   queue_assert_locked (q);
+  q->promised_pieces -= p->promised;
   atomic_fetch_sub_explicit (&q->pieces_present, 1, memory_order_release);
 }
 
@@ -109,6 +112,7 @@ queue_link (struct queue *q, struct piece *p, struct piece *after)
     TAILQ_INSERT_TAIL (&q->by_age, p, by_age);
   q->nr_queued++;
   account_bytes (q, p, p->length);
+  q->promised_pieces += p->promised;
   atomic_fetch_add_explicit (&q->pieces_present, 1, memory_order_relaxed);
 }
 
@@ -131,7 +135,7 @@ piece_superseded (struct queue *q, struct piece *p)
 {
   queue_assert_locked (q);
   queue_unlink (q, p);
-  piece_gone (q);
+  piece_gone (q, p);
   piece_written (p, false);
   piece_release (q, p);
 }
@@ -199,15 +203,15 @@ first_reaching (struct piece_tree *tree, uint64_t offset)
 /* Makes [offset, end) free of queued pieces, so the new piece is the
  * only source of those bytes.  In-flight pieces are left alone: they are
  * older, already being written, and the new piece goes out after them.
- * 1 when a cut piece was one a pending FLUSH covers: the new piece now
- * holds the only copy of bytes that flush promised.  -1 when out of
- * memory, with nothing cut.
+ * CUT_ANY when it cut something, with CUT_COVERED when a cut piece was
+ * one a pending FLUSH covers: the new piece now holds the only copy of
+ * bytes that flush promised.  -1 when out of memory, with nothing cut.
  */
 int
 cut_overlaps (struct queue *q, uint64_t offset, uint64_t end)
 {
   struct piece *p = first_reaching (&q->by_offset, offset);
-  int covered = 0;
+  int cut = 0;
 
   queue_assert_locked (q);
   if (p && p->offset < offset) {        /* keeps its head */
@@ -216,18 +220,18 @@ cut_overlaps (struct queue *q, uint64_t offset, uint64_t end)
     p = RB_NEXT (piece_tree, &q->by_offset, head);
     if (piece_end (head) > end && piece_split_tail (q, head, end) == NULL)
       return -1;
-    covered |= flush_covers (q, head);
+    cut |= CUT_ANY | (flush_covers (q, head) ? CUT_COVERED : 0);
     piece_drop_back (q, head, offset);
   }
   while (p && p->offset < end) {
     struct piece *next = RB_NEXT (piece_tree, &q->by_offset, p);
 
-    covered |= flush_covers (q, p);
+    cut |= CUT_ANY | (flush_covers (q, p) ? CUT_COVERED : 0);
     if (piece_end (p) <= end)
       piece_superseded (q, p);
     else
       piece_drop_front (q, p, end);
     p = next;
   }
-  return covered;
+  return cut;
 }

@@ -11,6 +11,9 @@
  *  - On an asynchronous backend with FUA a FUA batch carries the flag
  *    and no backend flush follows; a FUA piece superseded before it went
  *    out still waits for a flush that covers the newer write.
+ *  - A FLUSH promises what was answered before it: it does not wait for
+ *    writes still waiting for their answer, but does for one that took
+ *    over the bytes of an answered one.
  *
  * Every wait is bounded (fixtures.h); a held backend gate keeps a write
  * in flight for as long as a case needs.
@@ -321,6 +324,109 @@ test_superseded_fua_flushes (void)
           " answered after a backend flush that covers the newer one");
 }
 
+/* ------------------------------------------------------------ FLUSH */
+
+static int
+flush_run (void *arg)
+{
+  return queue_flush (arg, NULL);
+}
+
+/* The index of the last call of kind op in calls[0..n), or SIZE_MAX. */
+static size_t
+last_call (const struct tb_call *calls, size_t n, enum tb_op op)
+{
+  size_t at = SIZE_MAX;
+
+  for (size_t i = 0; i < n; i++)
+    if (calls[i].op == op)
+      at = i;
+  return at;
+}
+
+/* With ack=dispatched a FLUSH promises only what was answered before
+ * it.  'b' waits in the queue behind 'a' in flight; 'c' replaces it
+ * there, which answers 'b' (its bytes will be 'c').  A FLUSH now must
+ * wait for 'c', although nobody has been answered for 'c' itself.
+ */
+static void
+test_flush_waits_for_superseding_waiter (unsigned async)
+{
+  struct queue_config cfg = waiting_config (ACK_DISPATCHED);
+  struct write_job j[3];
+  struct test_thread t[3] = {
+    TEST_THREAD_INIT, TEST_THREAD_INIT, TEST_THREAD_INIT,
+  };
+  struct test_thread f = TEST_THREAD_INIT;
+  struct tb_call calls[MAX_CALLS];
+  struct test_rig r;
+  size_t n = 0;
+  bool ok = CHECK (rig_start (&r, &cfg, async, false));
+
+  for (int i = 0; i < 3; i++)
+    j[i] = (struct write_job) { r.d[0].q, 'a' + i, 0, 0 };
+  if (ok)
+    test_backend_block (r.d[0].tb, TB_PWRITEV);
+  ok = ok && START_WRITE (&t[0], &j[0], ENTERED (r, 1));
+  ok = ok && START_WRITE (&t[1], &j[1],
+                          test_stats (r.d[0].q).op[OP_WRITE].requests == 2);
+  ok = ok && START_WRITE (&t[2], &j[2],
+                          test_stats (r.d[0].q).op[OP_WRITE].requests == 3);
+  /* 'b' was answered when 'c' replaced it. */
+  ok = ok && CHECK (test_thread_wait (&t[1])) && CHECK (t[1].result == 0);
+  ok = ok && CHECK (test_thread_start (&f, flush_run, r.d[0].q) == 0)
+    && CHECK (TEST_WAIT_FOR (test_stats (r.d[0].q).flushes == 1));
+  test_backend_release (r.d[0].tb, TB_PWRITEV);
+  ok = ok && CHECK (test_thread_wait (&f)) && CHECK (f.result == 0);
+  if (ok) {
+    n = test_backend_calls (r.d[0].tb, TB_OPS, calls, MAX_CALLS);
+    ok = CHECK (last_call (calls, n, TB_FLUSH) != SIZE_MAX)
+      && CHECK (last_call (calls, n, TB_FLUSH)
+                > last_call (calls, n, TB_PWRITEV))
+      && CHECK (test_backend_holds (r.d[0].tb, 'c', BLOCK, 0));
+  }
+  for (int i = 0; i < 3; i++) {
+    ok = ok && CHECK (test_thread_wait (&t[i])) && CHECK (t[i].result == 0);
+    test_thread_join (&t[i]);
+  }
+  test_thread_join (&f);
+  test_rig_stop (&r);
+  tap_ok (ok, "ack=dispatched: a FLUSH after a waiting write was answered by"
+          " being replaced waits for the write that replaced it%s",
+          async ? " [async]" : "");
+}
+
+/* A FLUSH does not wait for writes nobody has been answered for: with
+ * ack=dispatched and a write held in an asynchronous backend, the
+ * backend flush runs at once.  (A synchronous backend runs one flush or
+ * write at a time anyway.)
+ */
+static void
+test_flush_does_not_wait_for_waiters (void)
+{
+  struct queue_config cfg = waiting_config (ACK_DISPATCHED);
+  struct write_job j = { .c = 'a', .offset = 0 };
+  struct test_thread t = TEST_THREAD_INIT, f = TEST_THREAD_INIT;
+  struct test_rig r;
+  bool ok = CHECK (rig_start (&r, &cfg, ASYNC_IN_FLIGHT, false));
+
+  j.q = r.d[0].q;
+  if (ok)
+    test_backend_block (r.d[0].tb, TB_PWRITEV);
+  ok = ok && START_WRITE (&t, &j, ENTERED (r, 1));
+  ok = ok && CHECK (test_thread_start (&f, flush_run, r.d[0].q) == 0)
+    && CHECK (test_thread_wait (&f)) && CHECK (f.result == 0)
+    && CHECK (test_backend_count (r.d[0].tb, TB_FLUSH) == 1)
+    && CHECK (!test_thread_done (&t));
+  test_backend_release (r.d[0].tb, TB_PWRITEV);
+  ok = ok && CHECK (test_thread_wait (&t)) && CHECK (t.result == 0);
+  test_thread_join (&t);
+  test_thread_join (&f);
+  test_rig_stop (&r);
+  tap_ok (ok, "ack=dispatched: a FLUSH does not wait for a write still"
+          " waiting for its answer [async]");
+}
+
 int
 main (void)
 {
@@ -330,6 +436,9 @@ main (void)
   test_sync_token_merges ();
   test_fua_rides_on_writes ();
   test_superseded_fua_flushes ();
+  test_flush_waits_for_superseding_waiter (0);
+  test_flush_waits_for_superseding_waiter (ASYNC_IN_FLIGHT);
+  test_flush_does_not_wait_for_waiters ();
   tap_plan (tap_count);
   return tap_done ();
 }
