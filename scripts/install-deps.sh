@@ -10,6 +10,8 @@ packages=(
   bats bats-assert bats-support bats-file jq
   qemu-utils fio nbd-server nbd-client
   openssl iproute2 strace procps
+  # the service test: systemd-socket-activate and systemd-analyze
+  systemd
   # bench: GNU time for client CPU (lib.sh), valgrind for 'make -C bench cost'
   time valgrind
   # the kernel NBD client test's guest (client-tests/kernel)
