@@ -8,6 +8,8 @@ packages=(
   nbdkit nbdkit-plugin-dev libnbd-dev libnbd-bin python3-libnbd
   libev-dev libjansson-dev libbsd-dev
   bats bats-assert bats-support bats-file jq
+  # the stats-format=prometheus test's parser (prometheus_client.parser)
+  python3-prometheus-client
   qemu-utils fio nbd-server nbd-client
   openssl iproute2 strace procps
   # the service test: systemd-socket-activate and systemd-analyze
