@@ -14,8 +14,9 @@ packages=(
   openssl iproute2 strace procps
   # the service test: systemd-socket-activate and systemd-analyze
   systemd
-  # bench: GNU time for client CPU (lib.sh), valgrind for 'make -C bench cost'
-  time valgrind
+  # bench: GNU time for client CPU (lib.sh), valgrind for 'make -C bench cost',
+  # gnuplot for the plots of 'make bench' (bench/report.py)
+  time valgrind gnuplot-nox
   # the kernel NBD client test's guest (client-tests/kernel)
   qemu-system-x86 busybox-static socat kmod cpio e2fsprogs
 )
