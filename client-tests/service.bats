@@ -203,3 +203,19 @@ EOF
   assert_equal "$(stats_value "$STATS_DIR/plugq.json" d flush.requests)" 0
   [ "$(id -u)" -ne 0 ] || assert_equal "$(stat -c %U "$STATS_DIR/plugq.json")" nobody
 }
+
+@test "service: the example plugq.env starts plugq as it stands (paths moved here)" {
+  skip_if_sanitized
+  local args
+  args=$(sed -n 's/^PLUGQ_ARGS=//p' "$CONTRIB/plugq.env")
+  [ -n "$args" ] || fail "no PLUGQ_ARGS= in $CONTRIB/plugq.env"
+  args=${args//\/srv\//$T/}
+  args=${args//\/run\/plugq\//$T/}
+  [[ "$args" != *" /"* && "$args" != *"=/srv"* && "$args" != *"=/run"* ]] \
+    || fail "a path of plugq.env is not moved into the test directory: $args"
+  make_file "$T/db.img" $((16 * MiB))
+  # shellcheck disable=SC2086 # split on spaces as systemd splits $PLUGQ_ARGS
+  run_nbdkit "$PLUGIN" $args --run 'nbdinfo --list --json "$uri"' >"$T/list.json"
+  jq -e '[.exports[]."export-name"] | sort == ["db", "scratch"]' "$T/list.json"
+  "$PYTHON" "$BATS_TEST_DIRNAME/promcheck.py" "$T/plugq.prom"
+}
