@@ -205,7 +205,6 @@ EOF
 }
 
 @test "service: the example plugq.env starts plugq as it stands (paths moved here)" {
-  skip_if_sanitized
   local args
   args=$(sed -n 's/^PLUGQ_ARGS=//p' "$CONTRIB/plugq.env")
   [ -n "$args" ] || fail "no PLUGQ_ARGS= in $CONTRIB/plugq.env"
