@@ -162,3 +162,17 @@ EOF
   assert_failure
   assert_output --partial "stats-format=xml: expected json or prometheus"
 }
+
+@test "stats-format=prometheus: a backend path with quotes and backslashes is escaped" {
+  local odd="$T/a \"quoted\" back\\slash.img"
+  make_file "$odd" $((1 * MiB))
+  run_nbdkit "$PLUGIN" disk=odd file="$odd" stats="$T/odd.prom" \
+    stats-format=prometheus --run true
+  pyrun "$T/odd.prom" "$odd" <<'EOF'
+import sys
+from promcheck import parse
+p = parse(open(sys.argv[1]).read())
+backends = [dict(l)["backend"] for (n, l) in p if n == "plugq_disk_info"]
+assert backends == [f"file {sys.argv[2]}"], (backends, sys.argv[2])
+EOF
+}
