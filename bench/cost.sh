@@ -381,28 +381,6 @@ measure_workload() {
   done
 }
 
-# build_id: what was measured.  HEAD of the tree the plugin was built from
-# (its build directory's Makefile names the source tree), the last commit
-# that changed the plugin's sources, "-dirty" if they have uncommitted
-# changes, and "STALE" if a source is newer than the plugin file.
-PLUGIN_SOURCES=(server plugin)
-build_id() {
-  local dir top head src dirty='' stale=''
-  [ -n "$PLUGIN" ] && [ -f "$PLUGIN" ] || { echo "no plugin"; return; }
-  dir=$(dirname "$PLUGIN")
-  [ "$(basename "$dir")" != .libs ] || dir=$(dirname "$dir")
-  top=$(sed -n 's/^abs_top_srcdir = //p' "$dir/Makefile" 2>/dev/null || true)
-  [ -n "$top" ] || top=$dir
-  head=$(git -C "$top" rev-parse --short HEAD 2>/dev/null) || { echo "unknown (not a git tree)"; return; }
-  src=$(cd "$top" && git log -1 --format=%h -- "${PLUGIN_SOURCES[@]}")
-  [ -z "$(cd "$top" && git status --porcelain --untracked-files=no -- "${PLUGIN_SOURCES[@]}")" ] ||
-    dirty=-dirty
-  [ -z "$(cd "$top" && find "${PLUGIN_SOURCES[@]}" -newer "$PLUGIN" -type f \
-            -name '*.[ch]' -print -quit)" ] ||
-    stale=", STALE: a source is newer than the plugin"
-  echo "$head$dirty (plugin sources last changed in $src$stale)"
-}
-
 cleanup() {
   kill_clients
   stop_server
@@ -415,10 +393,8 @@ main() {
   local wl t0=$SECONDS
   [ -x "$NBDBENCH" ] && [ -x "$BENCH_SRC/rusage" ] ||
     die "build the tools first: make -C bench"
-  local tool
-  for tool in valgrind callgrind_control strace; do
-    command -v "$tool" >/dev/null || die "$tool is missing: scripts/install-deps.sh"
-  done
+  need_tools valgrind:valgrind callgrind_control:valgrind strace:strace \
+    nbdkit:nbdkit qemu-nbd:qemu-utils
   [ -z "$PLUGIN" ] || [ -f "$PLUGIN" ] || die "PLUGIN=$PLUGIN does not exist"
   [ -n "$PLUGIN" ] || log "no PLUGIN given: measuring the stock servers only"
   [ -z "$PLUGIN" ] || PLUGIN=$(realpath "$PLUGIN")

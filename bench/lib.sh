@@ -10,6 +10,48 @@ BENCH_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 log() { printf '[%(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
+# build_id: what was measured.  HEAD of the tree the plugin was built from
+# (its build directory's Makefile names the source tree), the last commit
+# that changed the plugin's sources, "-dirty" if they have uncommitted
+# changes, and "STALE" if a source is newer than the plugin file.
+PLUGIN_SOURCES=(server plugin)
+build_id() {
+  local dir top head src dirty='' stale=''
+  [ -n "$PLUGIN" ] && [ -f "$PLUGIN" ] || { echo "no plugin"; return; }
+  dir=$(dirname "$PLUGIN")
+  [ "$(basename "$dir")" != .libs ] || dir=$(dirname "$dir")
+  top=$(sed -n 's/^abs_top_srcdir = //p' "$dir/Makefile" 2>/dev/null || true)
+  [ -n "$top" ] || top=$dir
+  head=$(git -C "$top" rev-parse --short HEAD 2>/dev/null) || { echo "unknown (not a git tree)"; return; }
+  src=$(cd "$top" && git log -1 --format=%h -- "${PLUGIN_SOURCES[@]}")
+  [ -z "$(cd "$top" && git status --porcelain --untracked-files=no -- "${PLUGIN_SOURCES[@]}")" ] ||
+    dirty=-dirty
+  [ -z "$(cd "$top" && find "${PLUGIN_SOURCES[@]}" -newer "$PLUGIN" -type f \
+            -name '*.[ch]' -print -quit)" ] ||
+    stale=", STALE: a source is newer than the plugin"
+  echo "$head$dirty (plugin sources last changed in $src$stale)"
+}
+
+# need_tools COMMAND:PACKAGE...: every COMMAND on PATH.  Missing ones are
+# installed with scripts/install-deps.sh when running as root (it installs
+# every package the bench uses), else named with their Debian packages.
+need_tools() {
+  local missing=() packages=() t
+  for t in "$@"; do
+    command -v "${t%%:*}" >/dev/null || { missing+=("${t%%:*}"); packages+=("${t#*:}"); }
+  done
+  [ ${#missing[@]} -gt 0 ] || return 0
+  if [ "$(id -u)" -eq 0 ]; then
+    log "installing ${packages[*]} for ${missing[*]} (scripts/install-deps.sh)"
+    "$BENCH_SRC/../scripts/install-deps.sh" || die "scripts/install-deps.sh failed"
+    for t in "${missing[@]}"; do
+      command -v "$t" >/dev/null || die "$t is still missing after scripts/install-deps.sh"
+    done
+  else
+    die "missing ${missing[*]}: install the Debian packages ${packages[*]} (scripts/install-deps.sh as root)"
+  fi
+}
+
 # size_bytes 512M -> 536870912 (K, M, G suffixes, powers of two)
 size_bytes() {
   local v=${1%[KkMmGg]} s=${1: -1}

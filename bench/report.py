@@ -3,6 +3,8 @@
 
   report.py quick OUT        print the issue-3 targets (and write OUT/quick.md)
   report.py full OUT DOCS    write DOCS/benchmarks.md and DOCS/bench/*.png
+                             (with their data, DOCS/bench/*.dat)
+  report.py replot DIR       render DIR/*.dat (as full writes them) to DIR/*.png
   report.py cost COST_OUT DOCS  cost per request (bench/cost.sh): write
                              COST_OUT/cost.md, and the "Cost per request"
                              section of DOCS/benchmarks-quick.md
@@ -293,23 +295,42 @@ def volflush_section(recs):
 
 
 # --- plots ----------------------------------------------------------------------
+# Each plot is a .dat file next to its .png: the report writes the data, then
+# renders it; `report.py replot DIR` renders existing data again.
+
+BAR_FIGURES = {"iops": "IOPS", "lat_us_p99": "p99 latency µs"}
+
+
+def need_gnuplot():
+    if shutil.which("gnuplot") is None:
+        sys.exit("report.py: gnuplot is missing: install Debian's gnuplot-nox "
+                 "(scripts/install-deps.sh does)")
+
 
 def gnuplot(script, cwd):
     subprocess.run(["gnuplot"], input=script, text=True, cwd=cwd, check=True)
 
 
-def bar_plot(recs, backend, key, ylabel, name, outdir):
+def write_bar_dat(recs, backend, key, name, outdir):
     servers = [s for s in SERVERS if pick(recs, backend=backend, server=s)]
     wls = [w for w in WORKLOADS if pick(recs, backend=backend, workload=w)]
     if not servers or not wls:
-        return None
-    dat = os.path.join(outdir, name + ".dat")
-    with open(dat, "w") as f:
+        return False
+    with open(os.path.join(outdir, name + ".dat"), "w") as f:
         f.write("workload " + " ".join(servers) + "\n")
         for wl in wls:
             vals = [spread([r[key] for r in pick(recs, backend=backend, workload=wl, server=s)])
                     for s in servers]
             f.write(wl + " " + " ".join("?" if v is None else f"{v[0]:.3f}" for v in vals) + "\n")
+    return True
+
+
+def plot_bar(name, outdir):
+    """NAME.dat (KEY-BACKEND: a workload per row, a server per column) to NAME.png."""
+    key, backend = next((k, name[len(k) + 1:]) for k in BAR_FIGURES if name.startswith(k + "-"))
+    ylabel = BAR_FIGURES[key]
+    with open(os.path.join(outdir, name + ".dat")) as f:
+        columns = len(f.readline().split())
     gnuplot(f"""set terminal pngcairo size 1100,480 font ",9"
 set output "{name}.png"
 set title "{ylabel}, {backend} (median of runs)"
@@ -322,19 +343,22 @@ set ylabel "{ylabel} (log)"
 set xtics rotate by -25
 set key outside right top
 set grid ytics
-plot for [i=2:{len(servers) + 1}] "{name}.dat" using i:xtic(1) title columnheader(i)
+plot for [i=2:{columns}] "{name}.dat" using i:xtic(1) title columnheader(i)
 """, outdir)
     return name + ".png"
 
 
-def scale_plot(recs, outdir):
+def write_scale_dat(recs, outdir):
     servers = [s for s in SERVERS if pick(recs, server=s)]
-    if not servers:
-        return None
     for s in servers:
         with open(os.path.join(outdir, f"scale-{s}.dat"), "w") as f:
             for n, iops, rss in scale_points(recs, s):
                 f.write(f"{n} {iops[0]:.0f} {rss[0]:.1f}\n")
+    return servers
+
+
+def plot_scale(servers, outdir):
+    """scale-SERVER.dat (disks, IOPS, RSS MiB per row) to scale.png."""
     iops = ", ".join(f'"scale-{s}.dat" using 1:2 with linespoints title "{s} IOPS"' for s in servers)
     rss = ", ".join(f'"scale-{s}.dat" using 1:3 with linespoints axes x1y2 dashtype 2 title "{s} RSS"'
                     for s in servers)
@@ -355,19 +379,41 @@ plot {iops}, {rss}
 
 
 def make_plots(recs, outdir):
+    need_gnuplot()
     os.makedirs(outdir, exist_ok=True)
-    if shutil.which("gnuplot") is None:
-        return {}, None
     plots = {}
     matrix = pick(recs, suite="matrix")
     for backend in BACKENDS:
-        got = [(what, bar_plot(matrix, backend, key, what, f"{key}-{backend}", outdir))
-               for key, what in (("iops", "IOPS"), ("lat_us_p99", "p99 latency µs"))]
-        plots[backend] = [(w, n) for w, n in got if n]
-    return plots, scale_plot(pick(recs, suite="scale"), outdir)
+        plots[backend] = [(what, plot_bar(f"{key}-{backend}", outdir))
+                          for key, what in BAR_FIGURES.items()
+                          if write_bar_dat(matrix, backend, key, f"{key}-{backend}", outdir)]
+    servers = write_scale_dat(pick(recs, suite="scale"), outdir)
+    return plots, plot_scale(servers, outdir) if servers else None
+
+
+def replot(outdir):
+    """Every .dat in outdir rendered again to its .png."""
+    need_gnuplot()
+    names = sorted(f[:-4] for f in os.listdir(outdir) if f.endswith(".dat"))
+    done = [plot_bar(n, outdir) for n in names
+            if any(n.startswith(k + "-") for k in BAR_FIGURES)]
+    servers = [n[len("scale-"):] for n in names if n.startswith("scale-")]
+    if servers:
+        done.append(plot_scale([s for s in SERVERS if s in servers], outdir))
+    if not done:
+        sys.exit(f"report.py: no plot data (*.dat) in {outdir}")
+    print("rendered " + " ".join(os.path.join(outdir, d) for d in done))
 
 
 # --- assembling the page -------------------------------------------------------
+
+def provenance(out):
+    """Which build, machine and date the figures come from (machine.txt)."""
+    info = dict(line.split(": ", 1) for line in machine(out) if ": " in line)
+    return (f"Measured on build **{info.get('build', 'unknown')}**, host "
+            f"**{info.get('host', 'unknown')}** ({info.get('cpu', '?')}, "
+            f"kernel {info.get('kernel', '?')}), {info.get('date', '?')}.")
+
 
 def full(out, docs):
     recs = load(out)
@@ -376,6 +422,7 @@ def full(out, docs):
     backends = [b for b in BACKENDS if pick(matrix, backend=b)]
     parts = [
         "# plugq benchmarks",
+        provenance(out),
         "Generated by `make bench` (bench/run.sh, bench/report.py) from "
         "`bench/out/results.jsonl`; do not edit by hand. Each cell is the median of "
         "the runs with (min–max). Ratios pair two measurements of the same run.",
@@ -666,6 +713,8 @@ def main(argv):
         quick(argv[2])
     elif len(argv) >= 4 and argv[1] == "full":
         full(argv[2], argv[3])
+    elif len(argv) >= 3 and argv[1] == "replot":
+        replot(argv[2])
     else:
         sys.exit(__doc__)
 

@@ -321,6 +321,7 @@ suite_volflush() {
 describe_machine() {
   {
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "host: $(hostname)"
     echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | sort | uniq -c | sed 's/^ *//')"
     echo "nproc: $(nproc)"
     echo "memory: $(free -h | awk '/^Mem:/ {print $2 " total, " $7 " available"}')"
@@ -330,11 +331,12 @@ describe_machine() {
       "libnbd $(nbdsh --version 2>/dev/null | awk 'NR==2 {print $2}'), $(nbd-server -V 2>&1 | head -1)," \
       "$(qemu-nbd --version | head -1)"
     echo "settings: RUNTIME=$RUNTIME s, RUNS=$RUNS, SIZE=$SIZE"
+    echo "build: $(build_id)"
     echo "plugin: $(plugin_id)"
   } >"$OUT/machine.txt"
 }
 
-# plugin_id: which build was measured (the tree has no commit to name).
+# plugin_id: the plugin file measured (build_id names its commit).
 plugin_id() {
   [ -f "$PLUGIN" ] || { echo "not built"; return; }
   echo "$PLUGIN, built $(date -r "$PLUGIN" '+%Y-%m-%d %H:%M'), sha256 $(sha256sum "$PLUGIN" | cut -c1-12)"
@@ -361,8 +363,13 @@ cleanup() {
 main() {
   [ -x "$NBDBENCH" ] && [ -x "$BENCH_SRC/syncbound" ] ||
     die "build nbdbench and syncbound first: make -C bench"
+  need_tools fio:fio nbdsh:libnbd-bin nbdkit:nbdkit nbd-server:nbd-server \
+    qemu-nbd:qemu-utils
+  # Only the full report draws plots: find out now, not hours from now.
+  [ "$QUICK" = 1 ] || need_tools gnuplot:gnuplot-nox
   [ -z "$PLUGIN" ] || [ -f "$PLUGIN" ] || die "PLUGIN=$PLUGIN does not exist"
   [ -n "$PLUGIN" ] || log "no PLUGIN given: measuring the stock servers only"
+  [ -z "$PLUGIN" ] || PLUGIN=$(realpath "$PLUGIN")
   mkdir -p "$OUT" "$WORK" "$SHM"
   trap cleanup EXIT
   trap 'exit 130' INT TERM

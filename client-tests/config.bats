@@ -324,7 +324,7 @@ EOF
   for k in disk file direct memory linear default-export ack elevator \
            unplug-delay unplug-thresh max-merge queue-bytes queue-requests \
            write-expire \
-           stats stats-interval; do
+           stats stats-format stats-interval; do
     if ! grep -qE "(^|[^a-z-])$k=" <<<"$output"; then
       fail "--help does not list $k=: $output"
     fi

@@ -150,6 +150,7 @@ fill_setup (struct plugq_setup *s)
       s->default_export = e->export;
   }
   s->stats_path = config.stats_path;
+  s->stats_format = config.stats_format;
   s->stats_interval_ns = config.stats_interval_ns;
   return 0;
 }

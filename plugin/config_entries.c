@@ -14,6 +14,7 @@
 #define DEFAULT_STATS_INTERVAL_NS UINT64_C (1000000000)
 
 struct config config = {
+  .stats_format = STATS_FORMAT_JSON,
   .stats_interval_ns = DEFAULT_STATS_INTERVAL_NS,
 };
 

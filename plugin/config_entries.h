@@ -16,6 +16,7 @@
 #include "backend_type.h"
 #include "linear.h"
 #include "queue.h"
+#include "stats_file.h"
 
 #define NAME_MAX_LEN 255
 
@@ -69,6 +70,7 @@ struct config {
   size_t nr_entries;
   char *default_export_name;    /* NULL: the first entry */
   char *stats_path;             /* absolute; NULL: no stats= */
+  enum stats_format stats_format;
   uint64_t stats_interval_ns;
 };
 

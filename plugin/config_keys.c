@@ -7,7 +7,8 @@
  *                                            its further keys, e.g.
  *                                            file=PATH [direct=BOOL]
  *   linear=NAME:MEMBER[,MEMBER]...           MEMBER = NAME | NAME@OFF+LEN
- *   default-export=NAME  stats=PATH  stats-interval=DELAY   (anywhere)
+ *   default-export=NAME  stats=PATH  stats-format=json|prometheus
+ *   stats-interval=DELAY                     (anywhere)
  *
  * The backend keys come from the table of backend types
  * (backend_type.h), the queue keys from queue_keys.h.  Every
@@ -319,6 +320,20 @@ config_stats (const char *key, const char *value)
   return 0;
 }
 
+static int
+config_stats_format (const char *key, const char *value)
+{
+  if (strcmp (value, "json") == 0)
+    config.stats_format = STATS_FORMAT_JSON;
+  else if (strcmp (value, "prometheus") == 0)
+    config.stats_format = STATS_FORMAT_PROMETHEUS;
+  else {
+    nbdkit_error ("%s=%s: expected json or prometheus", key, value);
+    return -1;
+  }
+  return 0;
+}
+
 int
 plugq_config_key (const char *key, const char *value)
 {
@@ -339,6 +354,8 @@ plugq_config_key (const char *key, const char *value)
     return config_default_export (key, value);
   if (strcmp (key, "stats") == 0)
     return config_stats (key, value);
+  if (strcmp (key, "stats-format") == 0)
+    return config_stats_format (key, value);
   if (strcmp (key, "stats-interval") == 0)
     return config_parse_delay (key, value, false,
                                &config.stats_interval_ns);

@@ -115,7 +115,9 @@ static const struct key_help queue_help[] = {
   { "", "(Queue keys before any disk= set the defaults," },
   { "", "after a disk= they set that disk alone.)" },
   { "default-export=<NAME>", "Export for clients asking for \"\"." },
-  { "stats=<PATH>", "Keep a JSON snapshot of every queue's counters." },
+  { "stats=<PATH>", "Keep a snapshot of every queue's counters." },
+  { "stats-format=json|prometheus",
+    "JSON (default) or Prometheus text for node_exporter." },
 };
 
 static void

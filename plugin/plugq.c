@@ -168,7 +168,7 @@ plugq_after_fork (void)
     return -1;
   }
   if (setup.stats_path) {
-    stats_writer = stats_file_start (setup.stats_path,
+    stats_writer = stats_file_start (setup.stats_path, setup.stats_format,
                                      setup.stats_interval_ns,
                                      setup.disks, setup.nr_disks,
                                      setup.exports, setup.nr_exports);

@@ -13,6 +13,7 @@
 
 #include "linear.h"
 #include "queue.h"
+#include "stats_file.h"
 
 /* What .get_ready built.  Arrays are in command-line order. */
 struct plugq_setup {
@@ -22,6 +23,7 @@ struct plugq_setup {
   size_t nr_exports;
   struct linear *default_export;
   const char *stats_path;       /* NULL: no stats= */
+  enum stats_format stats_format;
   uint64_t stats_interval_ns;
 };
 

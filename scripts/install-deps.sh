@@ -8,10 +8,15 @@ packages=(
   nbdkit nbdkit-plugin-dev libnbd-dev libnbd-bin python3-libnbd
   libev-dev libjansson-dev libbsd-dev
   bats bats-assert bats-support bats-file jq
+  # the stats-format=prometheus test's parser (prometheus_client.parser)
+  python3-prometheus-client
   qemu-utils fio nbd-server nbd-client
   openssl iproute2 strace procps
-  # bench: GNU time for client CPU (lib.sh), valgrind for 'make -C bench cost'
-  time valgrind
+  # the service test: systemd-socket-activate and systemd-analyze
+  systemd
+  # bench: GNU time for client CPU (lib.sh), valgrind for 'make -C bench cost',
+  # gnuplot for the plots of 'make bench' (bench/report.py)
+  time valgrind gnuplot-nox
   # the kernel NBD client test's guest (client-tests/kernel)
   qemu-system-x86 busybox-static socat kmod cpio e2fsprogs
 )

@@ -1,4 +1,6 @@
-/* plugq: the stats= file writer (format: docs/stats-format.md). */
+/* plugq: the stats= file writer and its JSON document (formats:
+ * docs/stats-format.md; the Prometheus one is stats_prometheus.c).
+ */
 #include <config.h>
 
 #include <errno.h>
@@ -25,10 +27,12 @@
 #include "queue.h"
 #include "stats.h"
 #include "stats_file.h"
+#include "stats_prometheus.h"
 
 struct stats_file {
   char *path;
   char *tmp_path;
+  enum stats_format format;
   uint64_t interval_ns;
   struct queue **disks;
   size_t nr_disks;
@@ -351,12 +355,13 @@ write_all (int fd, const char *buf, size_t len)
   return 0;
 }
 
-/* The document to PATH.tmp, then rename over PATH: readers never see a
- * half-written file.  Returns the failing step in *what.  Under
- * write_lock: PATH.tmp has one writer.
+/* The document, then tail, to PATH.tmp, then rename over PATH: readers
+ * never see a half-written file.  Returns the failing step in *what.
+ * Under write_lock: PATH.tmp has one writer.
  */
 static int
-replace_file (struct stats_file *sf, const char *text, const char **what)
+replace_file (struct stats_file *sf, const char *text, const char *tail,
+              const char **what)
 {
   int fd, saved;
 
@@ -367,7 +372,7 @@ replace_file (struct stats_file *sf, const char *text, const char **what)
     return -1;
   *what = "write";
   if (write_all (fd, text, strlen (text)) == -1
-      || write_all (fd, "\n", 1) == -1) {
+      || write_all (fd, tail, strlen (tail)) == -1) {
     saved = errno;
     close (fd);
     unlink (sf->tmp_path);
@@ -391,6 +396,16 @@ replace_file (struct stats_file *sf, const char *text, const char **what)
   return 0;
 }
 
+static char *
+render (const struct stats_file *sf, double uptime)
+{
+  if (sf->format == STATS_FORMAT_PROMETHEUS)
+    return stats_prometheus_render (sf->disks, sf->nr_disks, sf->exports,
+                                    sf->nr_exports, uptime);
+  return stats_file_render (sf->disks, sf->nr_disks, sf->exports,
+                            sf->nr_exports, uptime);
+}
+
 int
 stats_file_write_now (struct stats_file *sf)
 {
@@ -400,9 +415,13 @@ stats_file_write_now (struct stats_file *sf)
   int r, saved;
 
   lock_acquire (&sf->write_lock);
-  text = stats_file_render (sf->disks, sf->nr_disks, sf->exports,
-                            sf->nr_exports, uptime);
-  r = text ? replace_file (sf, text, &what) : -1;
+  text = render (sf, uptime);
+  /* The JSON document is one line without its newline; the exposition
+   * ends in one.
+   */
+  r = text ? replace_file (sf, text,
+                           sf->format == STATS_FORMAT_JSON ? "\n" : "",
+                           &what) : -1;
   saved = errno;
   free (text);
 
@@ -457,7 +476,8 @@ free_stats_file (struct stats_file *sf)
 }
 
 struct stats_file *
-stats_file_start (const char *path, uint64_t interval_ns,
+stats_file_start (const char *path, enum stats_format format,
+                  uint64_t interval_ns,
                   struct queue **disks, size_t nr_disks,
                   struct linear **exports, size_t nr_exports)
 {
@@ -474,6 +494,7 @@ stats_file_start (const char *path, uint64_t interval_ns,
     goto nomem;
   }
   sprintf (sf->tmp_path, "%s.tmp", path);
+  sf->format = format;
   sf->interval_ns = interval_ns > 0 ? interval_ns : 1000000000;
   sf->disks = disks;
   sf->nr_disks = nr_disks;

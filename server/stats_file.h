@@ -1,8 +1,11 @@
-/* plugq: the stats= file, a JSON snapshot of every disk's counters.
+/* plugq: the stats= file, a snapshot of every disk's counters, in JSON or
+ * in the Prometheus text format (stats-format=, stats_prometheus.h).
  *
  * A thread of its own rewrites PATH every interval: the document goes to
  * PATH.tmp, then rename() replaces PATH, so a reader always sees one whole
- * snapshot.  docs/stats-format.md describes the format.  Start it after
+ * snapshot (and node_exporter's textfile collector, which reads only
+ * *.prom, never sees PATH.tmp).  docs/stats-format.md describes both
+ * formats.  Start it after
  * fork and stop it at cleanup; stopping writes once more, so the last
  * snapshot holds the final counters.
  */
@@ -19,11 +22,17 @@ struct queue;
 
 struct stats_file;
 
+enum stats_format {
+  STATS_FORMAT_JSON,
+  STATS_FORMAT_PROMETHEUS,
+};
+
 /* disks and exports are borrowed: they must outlive the writer.  The
  * first snapshot is written at once.  NULL with errno set (and logged)
  * if the thread cannot start.
  */
-struct stats_file *stats_file_start (const char *path, uint64_t interval_ns,
+struct stats_file *stats_file_start (const char *path, enum stats_format,
+                                     uint64_t interval_ns,
                                      struct queue **disks, size_t nr_disks,
                                      struct linear **exports,
                                      size_t nr_exports);
