@@ -453,11 +453,24 @@ submit_parts (struct linear *l, uint64_t count, uint64_t offset, part_fn fn,
   return 0;
 }
 
+/* A disk served as itself is one row, the whole disk at offset 0: its
+ * requests go straight to its queue, which checks their range the same
+ * way.  NULL for a volume.
+ */
+static struct queue *
+whole_disk (const struct linear *l)
+{
+  return l->is_volume ? NULL : l->rows[0].disk;
+}
+
 int
 linear_pread (struct linear *l, void *buf, uint32_t count, uint64_t offset)
 {
   struct io_args a = { .buf = buf };
+  struct queue *q = whole_disk (l);
 
+  if (q)
+    return queue_pread (q, buf, count, offset);
   return for_each_part (l, count, offset, read_part, &a);
 }
 
@@ -466,7 +479,10 @@ linear_pwrite (struct linear *l, struct session *s, const void *buf,
                uint32_t count, uint64_t offset, unsigned flags)
 {
   struct io_args a = { s, (void *) buf, flags };
+  struct queue *q = whole_disk (l);
 
+  if (q)
+    return queue_pwrite (q, s, buf, count, offset, flags);
   return submit_parts (l, count, offset, write_part, &a);
 }
 
