@@ -91,6 +91,12 @@ struct backend {
    * when any buffer will do.
    */
   uint32_t buffer_align;
+  /* Offsets and lengths of every pread and io must be multiples of this
+   * (a power of 2; O_DIRECT's granule); 0 or 1 when any will do.  The
+   * queue serves requests that are not (server/queue_align.c), so such
+   * a backend still advertises limits.minimum 1.
+   */
+  uint32_t min_block;
   /* Operations the queue may have outstanding at once (asynchronous
    * backends only).
    */

@@ -330,8 +330,12 @@ set_limits (struct file_backend *f)
 {
   if (f->direct) {
     f->align = MAX (f->sector, (uint32_t) DIRECT_MIN_ALIGN);
-    f->b.limits.minimum = f->align;
+    /* The queue completes partial blocks by read-modify-write, as
+     * qemu-nbd --cache=none does: clients that ignore block sizes work.
+     */
+    f->b.limits.minimum = 1;
     f->b.limits.preferred = f->align;
+    f->b.min_block = f->align;
     f->b.buffer_align = f->align;
     f->b.max_writers = 1;
   }

@@ -1,8 +1,10 @@
 /* plugq: O_DIRECT reads and writes for the file backend.
  *
  * O_DIRECT wants offsets, lengths and buffer addresses aligned to
- * f->align.  Offsets and lengths that are not are refused (EINVAL);
- * caller memory that is not goes through a bounce buffer.
+ * f->align.  Offsets and lengths that are not are refused (EINVAL): the
+ * backend's min_block says so, and the queue sends only whole blocks,
+ * serving smaller requests by read-modify-write (queue_align.c).  Caller
+ * memory that is not aligned goes through a bounce buffer.
  */
 
 #ifndef _GNU_SOURCE

@@ -59,6 +59,7 @@ queue_init_fields (struct queue *q, struct backend *backend,
   q->merge_limit = cfg->max_merge;
   if (backend->max_write && backend->max_write < q->merge_limit)
     q->merge_limit = backend->max_write;
+  q->block_mask = backend->min_block > 1 ? backend->min_block - 1 : 0;
   q->index = session_register_queue ();
   lock_init (&q->lock);
   cond_init_monotonic (&q->dispatch_wake);
@@ -297,6 +298,13 @@ queue_check_range (const struct queue *q, uint64_t count, uint64_t offset)
    * server refuse what the advertised minimum block size forbids.
    */
   if (align > 1 && ((offset | count) & (align - 1))) {
+    errno = EINVAL;
+    return -1;
+  }
+  /* Partial blocks are rewritten whole (queue_align.c), but a last
+   * block the disk's size cuts short cannot be.
+   */
+  if (block_up (q, offset + count) > q->backend->size) {
     errno = EINVAL;
     return -1;
   }

@@ -33,16 +33,36 @@ batch_limit (const struct queue *q)
   return q->backend->max_iov > 0 ? (size_t) q->backend->max_iov : 1024;
 }
 
+/* Whether a piece in flight has bytes in [start, end). */
+bool
+in_flight_between (struct queue *q, uint64_t start, uint64_t end)
+{
+  struct piece *f = first_reaching (&q->in_flight, start);
+
+  queue_assert_locked (q);
+  return f && f->offset < end;
+}
+
 /* A piece may not go out while an older piece over the same bytes is
- * still on its way: the two could land in either order.
+ * still on its way: the two could land in either order.  On a backend
+ * that needs aligned I/O the bytes are the whole blocks the piece
+ * touches, which its batch may rewrite (queue_align.c).
  */
 static bool
 overlaps_in_flight (struct queue *q, const struct piece *p)
 {
-  struct piece *f = first_reaching (&q->in_flight, p->offset);
+  return in_flight_between (q, block_down (q, p->offset),
+                            block_up (q, piece_end (p)));
+}
 
-  queue_assert_locked (q);
-  return f && f->offset < piece_end (p);
+/* The same for a piece that continues the batch being taken: the block
+ * it starts in is the batch's last, checked already and holding the
+ * batch's own pieces.
+ */
+static bool
+continuation_in_flight (struct queue *q, const struct piece *p)
+{
+  return in_flight_between (q, p->offset, block_up (q, piece_end (p)));
 }
 
 /* A piece that may not start a batch now: it overlaps an operation in
@@ -74,7 +94,8 @@ oldest_dispatchable (struct queue *q)
   return NULL;
 }
 
-static void
+/* p joins b at its end, in flight. */
+void
 batch_add (struct queue *q, struct batch *b, struct piece *p, uint64_t now)
 {
   queue_assert_locked (q);
@@ -161,6 +182,17 @@ batch_has_room (struct batch *b)
   return true;
 }
 
+/* Whether b may take p as well: the batch limits, and room for it in
+ * the vector.
+ */
+bool
+batch_may_grow (struct queue *q, struct batch *b, const struct piece *p)
+{
+  queue_assert_locked (q);
+  return b->nr_pieces < batch_limit (q)
+    && b->bytes + p->length <= q->merge_limit && batch_has_room (b);
+}
+
 static void
 batch_init (struct queue *q, struct batch *b, const struct piece *first)
 {
@@ -197,10 +229,12 @@ batch_take (struct queue *q)
     batch_add (q, b, p, now);
     if (next == NULL || b->nr_pieces >= limit
         || b->bytes + next->length > q->merge_limit
-        || overlaps_in_flight (q, next) || !batch_has_room (b))
+        || continuation_in_flight (q, next) || !batch_has_room (b))
       break;
     p = next;
   }
+  if (q->block_mask)
+    batch_align (q, b, now);
   q->elevator.head = b->offset + b->bytes;
   q->nr_batches++;
   return b;

@@ -70,7 +70,7 @@ batch_submit (struct queue *q, struct batch *b)
   b->issued_ns = monotonic_ns ();
   batch_prepare (b);
   b->io.done = batch_done;
-  if (be->ops->io (be, &b->io) == -1)
+  if (batch_io (be, b) == -1)
     batch_done (&b->io, errno ? errno : EIO); /* as the backend would */
   lock_acquire (&q->lock);
 }
@@ -118,7 +118,7 @@ round_write (struct backend *be, struct batch **round, int *err, unsigned n)
     round[i]->issued_ns = monotonic_ns ();
     batch_prepare (round[i]);
     err[i] = 0;
-    if (be->ops->io (be, &round[i]->io) == -1)
+    if (batch_io (be, round[i]) == -1)
       err[i] = errno ? errno : EIO;
     round[i]->finished_ns = monotonic_ns ();
   }

@@ -8,6 +8,9 @@
  *   queue_read.c     reads and extents laid over the queue's pieces
  *   queue_flush.c    FLUSH, FUA, group commit and latched errors
  *   queue_batch.c    batches: taking pieces, completing, retrying
+ *   queue_align.c    partial blocks on a backend that needs aligned I/O:
+ *                    whole-block in-flight ranges, read-modify-write,
+ *                    reads through an aligned bounce buffer
  *   queue_dispatch.c who writes the queue out: rounds, dispatch tokens,
  *                    the dispatch thread
  *
@@ -88,6 +91,7 @@ struct batch {
   enum op_kind kind;
   bool may_trim;
   bool fua;                     /* carries a FUA piece (writes_carry_fua) */
+  bool unaligned;               /* partial blocks: queue_align.c writes it */
   uint64_t issued_ns;
   uint64_t finished_ns;         /* its backend operation, not the round */
   struct iovec *iov;            /* room for every piece */
@@ -106,6 +110,7 @@ struct queue {
   struct backend *backend;
   struct queue_config cfg;
   uint64_t merge_limit;         /* min (max-merge, backend max_write) */
+  uint64_t block_mask;          /* the backend's min_block - 1, or 0 */
   unsigned index;               /* this disk's slot in every session */
   unsigned max_holders;         /* the backend's max_writers */
   uint32_t max_in_flight;       /* batches taken at once */
@@ -237,10 +242,57 @@ piece_held (const struct queue *q, const struct piece *p)
 bool batch_reserve (struct queue *);
 void batches_free (struct queue *);
 struct batch *batch_take (struct queue *);
+void batch_add (struct queue *, struct batch *, struct piece *,
+                uint64_t now);
+bool batch_may_grow (struct queue *, struct batch *, const struct piece *);
+bool in_flight_between (struct queue *, uint64_t start, uint64_t end);
 void batch_prepare (struct batch *);
 void batch_complete (struct queue *, struct batch *, int err);
 struct batch *retry_due (struct queue *);
 uint64_t next_retry_ns (const struct queue *);
+
+/* queue_align.c: what a backend with min_block > 1 needs; block_mask
+ * is 0 for every other, and these cost it nothing.
+ */
+static inline uint64_t
+block_down (const struct queue *q, uint64_t offset)
+{
+  return offset & ~q->block_mask;
+}
+
+static inline uint64_t
+block_up (const struct queue *q, uint64_t offset)
+{
+  return (offset + q->block_mask) & ~q->block_mask;
+}
+
+void batch_align (struct queue *, struct batch *, uint64_t now);
+int batch_io_unaligned (struct backend *, struct batch *);
+int read_unaligned (struct queue *, void *buf, uint32_t count,
+                    uint64_t offset);
+
+/* A prepared batch to its backend, unlocked: ops->io, or for a batch
+ * that does not cover whole blocks the read-modify-write of
+ * queue_align.c.  As ops->io returns.
+ */
+static inline int
+batch_io (struct backend *be, struct batch *b)
+{
+  if (b->unaligned)
+    return batch_io_unaligned (be, b);
+  return be->ops->io (be, &b->io);
+}
+
+/* The backend's pread, through an aligned bounce buffer where the range
+ * is not whole blocks of a backend that needs them.
+ */
+static inline int
+read_backend (struct queue *q, void *buf, uint32_t count, uint64_t offset)
+{
+  if ((offset | count) & q->block_mask)
+    return read_unaligned (q, buf, count, offset);
+  return q->backend->ops->pread (q->backend, buf, count, offset);
+}
 
 /* queue_dispatch.c */
 

@@ -128,7 +128,7 @@ read_overlaid (struct queue *q, void *buf, uint32_t count, uint64_t offset)
 
   if (snapshot (q, offset, offset + count, &set) == -1)
     return -1;
-  r = q->backend->ops->pread (q->backend, buf, count, offset);
+  r = read_backend (q, buf, count, offset);
   if (r == 0)
     overlay_apply_data (&set, q->backend->trim_reads_zero, buf, offset,
                         offset + count);

@@ -206,6 +206,7 @@ disk_json (struct queue *q)
       || set (o, "waiting_merged", num (st.waiting_merged)) == -1
       || set (o, "latched_errors", num (st.latched_errors)) == -1
       || set (o, "writeback_retries", num (st.writeback_retries)) == -1
+      || set (o, "read_modify_writes", num (st.read_modify_writes)) == -1
       || set (o, "queued_requests", num (st.queued_requests)) == -1
       || set (o, "queued_bytes", num (st.queued_bytes)) == -1
       || set (o, "in_flight", num (st.in_flight)) == -1
