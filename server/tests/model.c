@@ -620,6 +620,10 @@ choose_params (struct harness_params *p, struct byte_source *src,
   p->backend.max_iov = (b & 0xc0) == 0 ? 4 : 0;
   b = byte_source_u8 (src);
   p->backend.minimum = b % 8 == 0 ? 512 : 0;
+  /* Two runs in eight on an aligned-only backend that still takes
+   * requests of any size (direct=true): partial blocks are the queue's.
+   */
+  p->backend.min_block = b % 8 == 1 ? 4096 : b % 8 == 2 ? 512 : 0;
   switch ((b >> 3) % 4) {
   case 0: p->disk_size = disk_base - 512; break;
   case 1: p->disk_size = disk_base + 1234; break;   /* a ragged end */
@@ -637,6 +641,9 @@ choose_params (struct harness_params *p, struct byte_source *src,
     p->backend.fua = (b & 0x80) != 0;
   }
   else if (b % 4 == 1)
+    p->backend.writers = PICK_INDEX (writers_choices, b >> 2);
+  /* Partial blocks race only between token holders writing at once. */
+  else if (b % 4 == 2 && p->backend.min_block)
     p->backend.writers = PICK_INDEX (writers_choices, b >> 2);
 }
 
@@ -701,7 +708,7 @@ harness_params_format (const struct harness_params *p, char *buf,
             " queue-bytes=%s queue-requests=%" PRIu32 " expire=%s"
             " disk=%" PRIu64 " lanes=%u"
             " trim=%s fast-zero=%s max-write=%s max-iov=%d minimum=%" PRIu32
-            " async=%u%s writers=%u",
+            " min-block=%" PRIu32 " async=%u%s writers=%u",
             c->elevator->name,
             c->ack == ACK_QUEUED ? "queued" : "dispatched",
             c->unplug_thresh,
@@ -714,8 +721,9 @@ harness_params_format (const struct harness_params *p, char *buf,
             p->backend.no_fast_zero ? "no" : "yes",
             p->backend.max_write
             ? human_bytes (p->backend.max_write, b[4], sizeof b[4]) : "own",
-            p->backend.max_iov, p->backend.minimum, p->backend.async,
-            p->backend.fua ? "+fua" : "", p->backend.writers);
+            p->backend.max_iov, p->backend.minimum, p->backend.min_block,
+            p->backend.async, p->backend.fua ? "+fua" : "",
+            p->backend.writers);
 }
 
 /* ------------------------------------------------------------ harness */
@@ -824,6 +832,10 @@ shape_backend (struct backend *b, const struct backend_params *bp)
   if (bp->minimum) {
     b->limits.minimum = bp->minimum;
     b->limits.preferred = MAX (b->limits.preferred, bp->minimum);
+  }
+  if (bp->min_block) {
+    b->min_block = bp->min_block;
+    b->limits.preferred = MAX (b->limits.preferred, bp->min_block);
   }
   /* No request may be larger than one write can carry. */
   if (b->max_write)
@@ -988,12 +1000,24 @@ misaligned (const struct harness *h, const struct model_op *op)
   return a > 1 && ((op->offset | op->count) & (a - 1));
 }
 
+/* On an aligned-only backend, a request that reaches into a last block
+ * the disk's size cuts short: that block cannot be written whole.
+ */
+static bool
+in_partial_last_block (const struct harness *h, const struct model_op *op)
+{
+  uint64_t a = h->p.backend.min_block;
+
+  return a > 1 && ((op->offset + op->count + a - 1) & ~(a - 1))
+    > h->p.disk_size;
+}
+
 static struct expect
 expect_for (const struct harness *h, const struct model_op *op)
 {
   if (op->offset + op->count > h->p.disk_size)
     return (struct expect) { .error = true };
-  if (misaligned (h, op))
+  if (misaligned (h, op) || in_partial_last_block (h, op))
     return (struct expect) { .error = true, .errno1 = EINVAL };
   return (struct expect) { .error = false };
 }

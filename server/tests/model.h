@@ -18,7 +18,10 @@
  * time, nothing after queue_stop, no overlapping operations in flight),
  * records what was written since the last backend flush, and stands in
  * for other backends: no fast zero, trims that do nothing or leave junk,
- * a minimum block size, small max_write and max_iov, writes from several
+ * a minimum block size, an aligned-only backend (min_block: requests of
+ * any size, partial blocks read-modify-written by the queue and every
+ * backend call refused unless whole blocks), small max_write and max_iov,
+ * writes from several
  * token holders at once, or asynchronous operations completed out of
  * order on its own threads.
  *
@@ -184,6 +187,7 @@ struct backend_params {
   uint32_t max_write;           /* 0: the memory backend's own */
   int max_iov;                  /* 0: the memory backend's own */
   uint32_t minimum;             /* 0: the memory backend's own */
+  uint32_t min_block;           /* >1: refuses partial blocks, as O_DIRECT */
   unsigned async;               /* >0: submit, this many in flight */
   bool fua;                     /* async only: honours FUA */
   unsigned writers;             /* >1: max_writers of a synchronous one */

@@ -240,16 +240,72 @@ writer_leave (struct test_backend *tb, int slot)
   atomic_fetch_sub (&tb->writers, 1);
 }
 
-/* After the operation, before the queue hears of it. */
+/* After the operation, before the queue hears of it.  before: what the
+ * range held until then, or NULL when every byte counts as changed.
+ */
 static void
-mark_dirty (struct test_backend *tb, uint64_t count, uint64_t offset)
+mark_dirty (struct test_backend *tb, uint64_t count, uint64_t offset,
+            const uint8_t *before)
 {
+  uint8_t *now = NULL;
+
   if (tb->dirty == NULL || offset >= tb->b.size)
     return;
   count = MIN (count, tb->b.size - offset);
+  if (before && ((now = malloc (count)) == NULL
+                 || tb->inner->ops->pread (tb->inner, now, count,
+                                           offset) == -1)) {
+    free (now);
+    now = NULL;
+    before = NULL;
+  }
   lock_acquire (&tb->lock);
-  memset (&tb->dirty[offset], 1, count);
+  for (uint64_t i = 0; before == NULL && i < count; i++)
+    tb->dirty[offset + i] = 1;
+  for (uint64_t i = 0; before && i < count; i++)
+    tb->dirty[offset + i] |= before[i] != now[i];
   lock_release (&tb->lock);
+  free (now);
+}
+
+/* A read-modify-write puts back bytes of a partial block as it read
+ * them, and on a real disk the block is written whole: on a backend
+ * with min_block, a byte counts as changed only if its value did.  The
+ * range's contents before the call, or NULL where every byte counts.
+ */
+static uint8_t *
+contents_before (struct test_backend *tb, uint64_t count, uint64_t offset)
+{
+  uint8_t *before;
+
+  if (tb->b.min_block <= 1 || tb->dirty == NULL || offset >= tb->b.size)
+    return NULL;
+  count = MIN (count, tb->b.size - offset);
+  before = malloc (count);
+  if (before && tb->inner->ops->pread (tb->inner, before, count,
+                                       offset) == -1) {
+    free (before);
+    before = NULL;
+  }
+  return before;
+}
+
+/* A backend with min_block takes only whole blocks, as O_DIRECT does:
+ * anything else is refused with EINVAL, and is a breach, since the queue
+ * must make every call whole blocks (queue_align.c).
+ */
+static bool
+refuses_unaligned (struct test_backend *tb, const struct tb_call *c)
+{
+  uint32_t a = tb->b.min_block;
+
+  if (a <= 1 || c->op == TB_FLUSH || c->op == TB_EXTENTS
+      || c->op == TB_CACHE || ((c->offset | c->count) & (a - 1)) == 0)
+    return false;
+  tb_fault (tb, "backend %s 0x%" PRIx64 "+%" PRIu64 " not whole blocks"
+            " of min_block %" PRIu32, op_names[c->op], c->offset, c->count,
+            a);
+  return true;
 }
 
 /* A FUA operation's range is durable once it completes: it no longer
@@ -451,19 +507,25 @@ run_call (struct test_backend *tb, const struct tb_call *c,
 {
   int err = call_begin (tb, c);
   bool changes = c->op == TB_PWRITEV || c->op == TB_ZERO || c->op == TB_TRIM;
+  uint8_t *before = NULL;
   int r;
 
+  if (err == 0 && refuses_unaligned (tb, c))
+    err = EINVAL;
   if (err) {
     errno = err;
     return call_end (tb, c->op, -1);
   }
   if (c->op == TB_FLUSH)
     flush_begins (tb);
+  if (changes)
+    before = contents_before (tb, c->count, c->offset);
   r = pass_on (tb, c, a);
   if (changes && c->fua && r == 0)
     mark_durable (tb, c->count, c->offset);
   else if (changes)
-    mark_dirty (tb, c->count, c->offset);
+    mark_dirty (tb, c->count, c->offset, before);
+  free (before);
   return call_end (tb, c->op, r);
 }
 

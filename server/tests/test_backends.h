@@ -15,7 +15,9 @@
  *    operations finished oldest first or, with jitter, late and in any
  *    order;
  *  - stand in for other backends: any limits written into its struct
- *    backend, and trims that do nothing or leave junk;
+ *    backend, and trims that do nothing or leave junk; with min_block
+ *    set, it refuses (EINVAL) any read, write, zero or trim that is not
+ *    whole blocks, as O_DIRECT does;
  *  - check the backend contract (backend.h) on every call as it is made
  *    and record which bytes changed since the last backend flush began,
  *    so the model harness can tell written data from durable data.
