@@ -277,21 +277,25 @@ EOF
   assert_success
 }
 
-@test "basic: direct=true file disk: 4096 minimum block size, aligned I/O, O_DIRECT" {
+@test "basic: direct=true file disk: minimum block size 1, preferred 4096, aligned I/O, O_DIRECT" {
   make_direct_file 4M
   make_file "$T/plain.img" 4M
   start_plugq disk=d file="$DIRECT_FILE" direct=true disk=p file="$T/plain.img"
   run nbdinfo --json "$(uri d)"
   assert_success
-  local min
+  local min pref
   min=$(jq -r '.exports[0].block_size_minimum // 0' <<<"$output")
-  [ "$min" -ge 4096 ] || fail "direct=true reports block_size_minimum=$min: $output"
+  pref=$(jq -r '.exports[0].block_size_preferred // 0' <<<"$output")
+  # Partial blocks are served by read-modify-write (subblock.bats).
+  [ "$min" -eq 1 ] || fail "direct=true reports block_size_minimum=$min: $output"
+  [ "$pref" -ge 4096 ] || fail "direct=true reports block_size_preferred=$pref: $output"
   pyrun "$DIRECT_FILE" "$T/plain.img" "$(plugq_pid)" <<'EOF'
 import os, sys, nbd
 from plugqtest import *
 path, plain, pid = sys.argv[1], sys.argv[2], sys.argv[3]
 h = connect("d")
-assert h.get_block_size(nbd.SIZE_MINIMUM) >= 4096, h.get_block_size(nbd.SIZE_MINIMUM)
+assert h.get_block_size(nbd.SIZE_MINIMUM) == 1, h.get_block_size(nbd.SIZE_MINIMUM)
+assert h.get_block_size(nbd.SIZE_PREFERRED) >= 4096, h.get_block_size(nbd.SIZE_PREFERRED)
 mx = h.get_block_size(nbd.SIZE_MAXIMUM)
 assert mx >= 64 * KiB, "maximum block size %d" % mx
 data = pattern(7, 64 * KiB)

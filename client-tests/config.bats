@@ -150,12 +150,6 @@ EOF
   assert_config_error disk=e empty.img "size 0"
 }
 
-@test "config: a sub-range misaligned for a direct=true member" {
-  make_direct_file 1M
-  bad_config disk=a file="$DIRECT_FILE" direct=true linear=v:a@512+4096
-  assert_config_error linear=v alignment
-}
-
 @test "config: file= naming a directory" {
   mkdir "$T/adir"
   bad_config disk=a file="$T/adir"

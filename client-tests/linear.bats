@@ -339,7 +339,7 @@ EOF
   assert_output --partial beta
 }
 
-@test "linear: block size limits are the strictest member's (one direct=true member)" {
+@test "linear: block size limits are the strictest member's (one direct=true member: minimum 1, preferred 4096)" {
   make_direct_file 1M
   make_file "$T/b.img" 1M
   start_plugq disk=a file="$DIRECT_FILE" direct=true disk=b file="$T/b.img" \
@@ -353,7 +353,9 @@ for e in ("a", "b", "vol"):
     h = connect(e)
     lim[e] = [h.get_block_size(k) for k in (nbd.SIZE_MINIMUM, nbd.SIZE_PREFERRED, nbd.SIZE_MAXIMUM)]
     h.shutdown()
-assert lim["a"][0] >= 4096, "direct member minimum %r" % lim
+# The direct member serves partial blocks (subblock.bats): minimum 1,
+# preferred its block.
+assert lim["a"][0] == 1 and lim["a"][1] >= 4096, "direct member limits %r" % lim
 assert lim["vol"][0] == max(lim["a"][0], lim["b"][0]), "volume minimum: %r" % lim
 assert lim["vol"][2] == min(lim["a"][2], lim["b"][2]), "volume maximum: %r" % lim
 assert lim["vol"][1] >= max(lim["a"][1], lim["b"][1]), "volume preferred: %r" % lim
@@ -366,8 +368,11 @@ expect_file(A, 0, x[4096:], "direct a.img")
 EOF
   run nbdinfo --json "$(uri vol)"
   assert_success
-  run jq -r '.exports[0].block_size_minimum' <<<"$output"
-  [ "$output" -ge 4096 ] || fail "vol block_size_minimum=$output"
+  local json=$output
+  run jq -r '.exports[0].block_size_minimum' <<<"$json"
+  assert_output 1
+  run jq -r '.exports[0].block_size_preferred' <<<"$json"
+  [ "$output" -ge 4096 ] || fail "vol block_size_preferred=$output"
 }
 
 @test "linear: a 100 MiB zero across a member boundary zeroes its far end" {
