@@ -27,6 +27,10 @@ setup() {
     [ -f "$PLUGIN" ] || fail "PLUGIN=$PLUGIN does not exist (build the plugin first)"
 }
 
+teardown() {
+    if [ -n "${KIMG:-}" ]; then rm -f "$KIMG"; fi
+}
+
 # guest_run ARGS...: run the guest test, skipping only when QEMU cannot run.
 guest_run() {
     run bash "$RUN_GUEST" "$@"
@@ -70,4 +74,25 @@ guest_run() {
     run e2fsck -f -n "$BATS_TEST_TMPDIR/vol.img"
     assert_success
     rm -f "$BATS_TEST_TMPDIR/vol.img"
+}
+
+@test "kernel nbd client: ext4 with 1 KiB blocks on a direct=true disk attached with -b 1024" {
+    # The client ignores the disk's preferred 4096-byte block: the kernel
+    # sends 1 KiB requests, which plugq serves by read-modify-write.
+    KIMG=$(mktemp /var/tmp/plugq-kernel-direct.XXXXXX)
+    if ! dd if=/dev/zero of="$KIMG" bs=4096 count=1 oflag=direct status=none 2>/dev/null; then
+        skip "O_DIRECT is refused on /var/tmp"
+    fi
+    truncate -s 128M "$KIMG"
+    stats="$BATS_TEST_TMPDIR/stats.json"
+
+    NBD_BLOCKSIZE=1024 MKFS_OPTS="-b 1024" DATA_MB=8 NFILES=100 EXPORT= \
+        guest_run -- nbdkit -U - "$PLUGIN" stats="$stats" disk=d file="$KIMG" direct=true
+    assert_line --partial "logical block size 1024"
+
+    run e2fsck -f -n "$KIMG"
+    assert_success
+    run python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["disks"][0]["read_modify_writes"])' "$stats"
+    assert_success
+    [ "$output" -ge 1 ] || fail "read_modify_writes is $output: no partial block reached the disk"
 }
