@@ -42,8 +42,9 @@
  * A read that meets A in flight reads, for A's edges, the same bytes
  * before, during and after A, and lays A's pieces over the rest, as for
  * any batch in flight.  A FUA or FLUSH waits for A's completion, which
- * comes after its last write returned, and then for a backend flush:
- * FUA and FLUSH mean what they always meant.
+ * comes after its last write returned, and then for a backend flush; a
+ * batch that carries FUA itself (writes_carry_fua) writes every part
+ * with FUA.  FUA and FLUSH mean what they always meant.
  *
  * Everything here runs only when block_mask is not 0; the queue's other
  * backends reach none of it (batch_io and read_backend test one field).
