@@ -23,7 +23,8 @@ setup_file() {
     return 0
   fi
   export CEPH_MISSING=
-  "$CLUSTER_SH" start "$CEPH_DIR" >&3 2>&1
+  # With our pid: its watchdog stops the cluster if bats is killed.
+  "$CLUSTER_SH" start "$CEPH_DIR" $$ >&3 2>&1
 }
 
 teardown_file() {
@@ -281,7 +282,7 @@ bad_start() {
 @test "rbd: the OSD killed with writes queued: the flush fails with EIO, nothing claims success" {
   # A cluster of its own: this one is broken on purpose.
   OWN_CLUSTER=$T/ceph
-  "$CLUSTER_SH" start "$OWN_CLUSTER" >&3 2>&1
+  "$CLUSTER_SH" start "$OWN_CLUSTER" $$ >&3 2>&1
   CONF=$OWN_CLUSTER/ceph.conf
   new_image "$IMG" 64M --image-feature layering
   start_plugq disk=d rbd="rbd/$IMG" ceph-conf="$CONF" ceph-timeout=3s \

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # A throw-away single-node Ceph cluster for plugq's RBD tests and bench.
 #
-#   cluster.sh start DIR     one monitor and one memstore OSD, no mgr,
-#                            cephx on, 127.0.0.1 only; pool "rbd" ready
+#   cluster.sh start DIR [OWNER]
+#                            one monitor and one memstore OSD, no mgr,
+#                            cephx on, 127.0.0.1 only; pool "rbd" ready.
+#                            With OWNER (a pid) a watchdog stops the
+#                            cluster once OWNER is gone, even if it
+#                            crashed before its own cleanup ran
 #   cluster.sh stop DIR      kills both daemons by the pids in DIR
 #   cluster.sh kill-osd DIR  kills the OSD alone (fault tests)
 #   cluster.sh available     exit 0 if ceph is installed, else print why
@@ -18,7 +22,7 @@ set -euo pipefail
 PROGS=(ceph-mon ceph-osd ceph rbd ceph-authtool monmaptool)
 
 usage() {
-  echo "usage: $0 start|stop|kill-osd DIR, or $0 available" >&2
+  echo "usage: $0 start DIR [OWNER-PID] | stop DIR | kill-osd DIR | available" >&2
   exit 2
 }
 
@@ -158,6 +162,16 @@ stop() {
   return $rc
 }
 
+# Stops the cluster once process $1 has exited (checked every second).
+watch_owner() {
+  local owner=$1
+  (
+    while kill -0 "$owner" 2>/dev/null; do sleep 1; done
+    stop
+  ) </dev/null >/dev/null 2>&1 3>&- &
+  disown
+}
+
 show_logs() {
   local f
   for f in "$DIR"/*.log; do
@@ -173,7 +187,7 @@ available)
   available
   ;;
 start)
-  [ $# -eq 2 ] || usage
+  [ $# -eq 2 ] || [ $# -eq 3 ] || usage
   DIR=$(realpath -m "$2")
   available >&2 || exit 1
   if ! (start); then
@@ -182,6 +196,7 @@ start)
     stop || true
     exit 1
   fi
+  [ $# -eq 2 ] || watch_owner "$3"
   ;;
 stop)
   [ $# -eq 2 ] || usage

@@ -4,7 +4,8 @@
  * cluster.sh: one monitor, one memstore OSD, 127.0.0.1 only) in a
  * temporary directory, runs the backend checks the file and memory
  * backends pass through backend_type_rbd, as the plugin reaches it, and
- * stops the cluster by its pids whatever happens (atexit).  Without ceph
+ * stops the cluster by its pids at exit, or cluster.sh's watchdog does
+ * once this process is gone (a crash).  Without ceph
  * installed every case is skipped with the reason.
  */
 
@@ -112,7 +113,8 @@ start_cluster (void)
     return "cannot make a directory in /tmp";
   cluster_up = true;
   atexit (stop_cluster);
-  if (!run ("'%s' start '%s' >&2", script, cluster_dir))
+  /* With our pid: a watchdog stops the cluster if we crash. */
+  if (!run ("'%s' start '%s' %d >&2", script, cluster_dir, (int) getpid ()))
     return "the test cluster did not start (see the log above)";
   snprintf (conf, sizeof conf, "%s/ceph.conf", cluster_dir);
   return NULL;
