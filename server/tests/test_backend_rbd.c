@@ -5,8 +5,8 @@
  * temporary directory, runs the backend checks the file and memory
  * backends pass through backend_type_rbd, as the plugin reaches it, and
  * stops the cluster by its pids at exit, or cluster.sh's watchdog does
- * once this process is gone (a crash).  Without ceph
- * installed every case is skipped with the reason.
+ * once this process is gone (a crash).  Without ceph installed, or in a
+ * build without librbd, every case is skipped with the reason.
  */
 
 #ifndef _GNU_SOURCE
@@ -37,12 +37,24 @@
 #include "log.h"
 #include "tap.h"
 
+#define NR_CASES 13
+
+#ifndef HAVE_LIBRBD
+
+int
+main (void)
+{
+  return tap_skip_all (NR_CASES, "plugq was built without librbd "
+                       "(apt-get install librbd-dev librados-dev)");
+}
+
+#else
+
 #define KiB ((uint64_t) 1024)
 #define MiB (KiB * 1024)
 #define IMAGE_SIZE (64 * MiB)
 #define OBJECT (4 * MiB)                /* rbd create's default */
 #define HZ (EXTENT_HOLE | EXTENT_ZERO)
-#define NR_CASES 13
 
 static char cluster_dir[] = "/tmp/plugq-rbd-XXXXXX";
 static char conf[sizeof cluster_dir + 16];
@@ -523,3 +535,5 @@ main (void)
   stop_cluster ();
   return tap_done ();
 }
+
+#endif /* HAVE_LIBRBD */
