@@ -218,6 +218,12 @@ rbd_extents (struct backend *b, uint64_t count, uint64_t offset,
 
   if (!backend_range_ok (b, count, offset) || !image_open (rb))
     return -1;
+  /* Without whole_object librbd asks RADOS about every object in the
+   * range, so one call looks at a bounded number of them; the caller
+   * asks again for the rest.
+   */
+  count = MIN (count, RBD_EXTENTS_OBJECTS * rb->object_size);
+  w.end = offset + count;
   /* Reported in ascending order; a range seen twice is skipped. */
   r = rbd_diff_iterate2 (rb->conn.image, NULL, offset, count, 1, 0,
                          walk_data, &w);

@@ -27,6 +27,11 @@
 /* The largest read, write, zero or trim asked of librbd at once. */
 #define RBD_MAX_REQUEST (32 * 1024 * 1024)
 
+/* Objects one extents call looks at (rbd_diff_iterate2 asks RADOS about
+ * each): 1 GiB of an image of 4 MiB objects.
+ */
+#define RBD_EXTENTS_OBJECTS 256
+
 /* Unless ceph-timeout= says otherwise: how long connecting, and then
  * each request to a monitor or an OSD, may take before it fails.
  */

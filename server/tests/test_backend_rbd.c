@@ -37,7 +37,7 @@
 #include "log.h"
 #include "tap.h"
 
-#define NR_CASES 13
+#define NR_CASES 14
 
 #ifndef HAVE_LIBRBD
 
@@ -149,14 +149,11 @@ start_cluster (void)
   return NULL;
 }
 
-/* rbd FEATURES: "layering" for an image without the exclusive lock. */
 static bool
-create_image (const char *name, const char *features)
+create_image (const char *name, uint64_t size)
 {
   return run ("timeout 30 rbd --conf '%s' create --size %" PRIu64
-              "M %s%s rbd/%s", conf, IMAGE_SIZE / MiB,
-              features ? "--image-feature " : "", features ? features : "",
-              name);
+              "M rbd/%s", conf, size / MiB, name);
 }
 
 /* ------------------------------------------------------------ opening */
@@ -269,6 +266,32 @@ test_extents (struct backend *b)
       { at, 2 * OBJECT, HZ } }, 1);
   ok &= reads_as (b, 0, OBJECT, at);
   ok &= reads_as (b, 0x22, OBJECT, at + 2 * OBJECT);
+  return ok;
+}
+
+/* One extents call over a large image answers for its first 256 objects
+ * only; the caller asks again from there.
+ */
+static bool
+test_extents_bounded (void)
+{
+  struct backend *b = open_started ("rbd/big");
+  struct extent_list l;
+  bool ok = CHECK (b != NULL);
+
+  if (!ok)
+    return false;
+  extent_list_init (&l);
+  ok &= CHECK (b->ops->extents (b, b->size, 0, &l) == 0);
+  ok &= CHECK (l.len == 1 && l.v[0].offset == 0
+               && l.v[0].length == 256 * OBJECT && l.v[0].type == HZ);
+  extent_list_clear (&l);
+  ok &= CHECK (b->ops->extents (b, b->size - 256 * OBJECT, 256 * OBJECT,
+                                &l) == 0);
+  ok &= CHECK (l.len == 1 && l.v[0].offset == 256 * OBJECT
+               && l.v[0].length == b->size - 256 * OBJECT);
+  extent_list_free (&l);
+  backend_close (b);
   return ok;
 }
 
@@ -516,7 +539,9 @@ main (void)
     skip_all_cases (why);
     return EXIT_SUCCESS;
   }
-  if (!create_image ("plain", NULL) || !create_image ("exported", NULL)) {
+  if (!create_image ("plain", IMAGE_SIZE)
+      || !create_image ("exported", IMAGE_SIZE)
+      || !create_image ("big", 1536 * MiB)) {
     skip_all_cases ("could not create the test images");
     return EXIT_FAILURE;
   }
@@ -543,6 +568,8 @@ main (void)
   else
     for (int i = 0; i < 7; i++)
       tap_ok (false, "skipped: the image did not open");
+  tap_ok (test_extents_bounded (), "extents of a large image come 256 "
+          "objects at a time");
   tap_ok (test_export_after_close (), "rbd export reads what was written; "
           "close leaves no watcher");
   tap_ok (test_open_errors (), "missing image, missing pool and a wrong "
