@@ -190,7 +190,7 @@ open_image (struct rbd_conn *c, const struct rbd_target *t)
 int
 rbd_conn_open (struct rbd_conn *c, const struct rbd_target *t)
 {
-  *c = (struct rbd_conn) { NULL };
+  *c = (struct rbd_conn) { .cluster = NULL };
   if (connect_cluster (c, t) == -1 || open_pool (c, t) == -1
       || open_image (c, t) == -1) {
     int err = errno;
@@ -211,5 +211,5 @@ rbd_conn_close (struct rbd_conn *c)
     rados_ioctx_destroy (c->ioctx);
   if (c->cluster)
     rados_shutdown (c->cluster);
-  *c = (struct rbd_conn) { NULL };
+  *c = (struct rbd_conn) { .cluster = NULL };
 }
