@@ -6,9 +6,11 @@
 # export`, what `rbd import` wrote is read back through plugq; FLUSH and
 # FUA reach RADOS (a SIGKILLed plugq loses none of it); qemu-img and
 # qemu-io use a qcow2 image on an RBD disk; a linear volume mixes an RBD
-# member with a file member; stats, plugq-stat, --dump-plugin and
-# nbdinfo --list show the backend; startup failures are one line each
-# and a killed OSD fails a flush with EIO within the ceph-timeout.
+# member with a file and a remote NBD member; stats, plugq-stat,
+# --dump-plugin and nbdinfo --list show the backend; nbdkit forking into
+# the background still reaches the cluster; startup failures are one
+# line each and a killed OSD fails a flush with EIO within the
+# ceph-timeout.
 #
 # Every test skips with the reason when ceph is not installed or plugq was
 # built without librbd (scripts/test-all.sh insists on librbd, so in CI
@@ -44,12 +46,18 @@ setup() {
   CONF=$CEPH_DIR/ceph.conf
   IMG=img$BATS_TEST_NUMBER
   OWN_CLUSTER=
+  REMOTE_PID=
+  export T
 }
 
 teardown() {
   [ -z "${CEPH_MISSING:-}" ] || return 0
   local rc=0
   plugq_teardown || rc=1
+  if [ -n "$REMOTE_PID" ]; then
+    kill -TERM "$REMOTE_PID" 2>/dev/null || true
+    wait "$REMOTE_PID" 2>/dev/null || true
+  fi
   if [ -n "$OWN_CLUSTER" ]; then
     "$CLUSTER_SH" stop "$OWN_CLUSTER" || rc=1
   fi
@@ -177,27 +185,37 @@ EOF
   qemu-io -f qcow2 -c 'read -P 0xef 20M 5M' "$T/out.img" | grep -q 'read 5242880/'
 }
 
-@test "rbd: a linear volume of an RBD member and a file member" {
+@test "rbd: a linear volume of an RBD member, a file member and a remote NBD member" {
   new_image "$IMG" 8M
   make_file "$T/b.img" 8M
+  # The remote: nbdkit memory on its own socket, stopped by pid in teardown.
+  "$NBDKIT" -f -U "$T/remote.sock" -P "$T/remote.pid" memory 8M \
+    </dev/null >"$T/remote.log" 2>&1 &
+  REMOTE_PID=$!
+  wait_for_file "$T/remote.pid"
   start_plugq disk=a rbd="rbd/$IMG" ceph-conf="$CONF" \
-    disk=b file="$T/b.img" linear=vol:a,b
+    disk=b file="$T/b.img" disk=c nbd="nbd+unix:///?socket=$T/remote.sock" \
+    linear=vol:a,b,c
   pyrun <<'EOF'
 from plugqtest import *
 h = connect("vol")
-assert h.get_size() == 16 * MiB, h.get_size()
-h.pwrite(pattern(1, 2 * MiB), 7 * MiB)       # straddles the boundary
+assert h.get_size() == 24 * MiB, h.get_size()
+h.pwrite(pattern(1, 2 * MiB), 7 * MiB)       # RBD into file
+h.pwrite(pattern(2, 2 * MiB), 15 * MiB)      # file into remote
 h.flush()
 expect_read(h, 7 * MiB, pattern(1, 2 * MiB))
+expect_read(h, 15 * MiB, pattern(2, 2 * MiB))
+r = connect("", sock=os.environ["T"] + "/remote.sock")
+expect_read(r, 0, pattern(2, 2 * MiB)[MiB:], "remote member's head")
 EOF
   stop_plugq
   export_image "$IMG" "$T/a.raw"
   pyrun "$T/a.raw" "$T/b.img" <<'EOF'
 import sys
 from plugqtest import *
-p = pattern(1, 2 * MiB)
-expect_file(sys.argv[1], 7 * MiB, p[:MiB], "RBD member's tail")
-expect_file(sys.argv[2], 0, p[MiB:], "file member's head")
+expect_file(sys.argv[1], 7 * MiB, pattern(1, 2 * MiB)[:MiB], "RBD member's tail")
+expect_file(sys.argv[2], 0, pattern(1, 2 * MiB)[MiB:], "file member's head")
+expect_file(sys.argv[2], 7 * MiB, pattern(2, 2 * MiB)[:MiB], "file member's tail")
 EOF
 }
 
@@ -218,9 +236,15 @@ EOF
   [ "$(stats_value "$T/stats.json" d write.requests)" -eq 64 ]
   ops=$(stats_value "$T/stats.json" d write.backend_ops)
   [ "$ops" -ge 1 ] && [ "$ops" -lt 64 ]     # merged into fewer RADOS writes
+  pyrun "$T/stats.json" "$IMG" <<'EOF'
+import sys
+from plugqtest import *
+got = disk_stats(load_stats(sys.argv[1]), "d")["backend"]
+assert got == "rbd rbd/%s (4.0 MiB objects)" % sys.argv[2], got
+EOF
   run "${top_srcdir:-$BATS_TEST_DIRNAME/..}/plugq-stat" "$T/stats.json"
   assert_success
-  assert_output --partial "d"
+  assert_line --regexp '^d +[0-9]'
   run "$NBDKIT" "$PLUGIN" --dump-plugin
   assert_success
   assert_line --regexp '^plugq_backends=.*,rbd(,|$)'
