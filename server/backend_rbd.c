@@ -48,7 +48,7 @@ to_rbd (struct backend *b)
 
 /* librbd's negative errno as a call's -1 and errno. */
 static int
-rbd_result (ssize_t r)
+librbd_result (ssize_t r)
 {
   if (r < 0) {
     errno = backend_client_errno ((int) -r);
@@ -57,9 +57,11 @@ rbd_result (ssize_t r)
   return 0;
 }
 
-/* Calls made before start or after close: the image is not open. */
+/* Whether the image is open; before start or after close, false with
+ * errno EIO.
+ */
 static bool
-image_open (struct rbd_backend *rb)
+started (struct rbd_backend *rb)
 {
   if (!rb->started) {
     errno = EIO;
@@ -71,32 +73,32 @@ image_open (struct rbd_backend *rb)
 /* ------------------------------------------------------------ ops */
 
 static int
-rbd_pread (struct backend *b, void *buf, size_t count, uint64_t offset)
+rbd_backend_pread (struct backend *b, void *buf, size_t count, uint64_t offset)
 {
   struct rbd_backend *rb = to_rbd (b);
   ssize_t r;
 
-  if (!backend_range_ok (b, count, offset) || !image_open (rb))
+  if (!backend_range_ok (b, count, offset) || !started (rb))
     return -1;
   r = rbd_read2 (rb->conn.image, offset, count, buf, 0);
   if (r >= 0 && (size_t) r != count) {
     errno = EIO;                /* the range is inside the image */
     return -1;
   }
-  return rbd_result (r);
+  return librbd_result (r);
 }
 
 static int
-rbd_do_flush (struct backend *b)
+rbd_backend_flush (struct backend *b)
 {
   struct rbd_backend *rb = to_rbd (b);
 
-  if (!image_open (rb))
+  if (!started (rb))
     return -1;
-  return rbd_result (rbd_flush (rb->conn.image));
+  return librbd_result (rbd_flush (rb->conn.image));
 }
 
-/* One submitted operation, from rbd_io to its completion. */
+/* One submitted operation, from rbd_backend_io to its completion. */
 struct rbd_aio {
   struct rbd_backend *rb;
   struct backend_io *io;
@@ -143,7 +145,7 @@ submit (struct rbd_backend *rb, const struct backend_io *io,
 }
 
 static int
-rbd_io (struct backend *b, struct backend_io *io)
+rbd_backend_io (struct backend *b, struct backend_io *io)
 {
   struct rbd_backend *rb = to_rbd (b);
   struct rbd_aio *a;
@@ -154,14 +156,14 @@ rbd_io (struct backend *b, struct backend_io *io)
     errno = EINVAL;             /* can_fua is false: the caller flushes */
     return -1;
   }
-  if (!backend_range_ok (b, io->count, io->offset) || !image_open (rb))
+  if (!backend_range_ok (b, io->count, io->offset) || !started (rb))
     return -1;
   if ((a = malloc (sizeof *a)) == NULL)
     return -1;
   *a = (struct rbd_aio) { .rb = rb, .io = io };
   if ((r = rbd_aio_create_completion (a, aio_complete, &c)) < 0) {
     free (a);
-    return rbd_result (r);
+    return librbd_result (r);
   }
   atomic_fetch_add_explicit (&rb->in_flight, 1, memory_order_release);
   if ((r = submit (rb, io, c)) < 0) {
@@ -169,7 +171,7 @@ rbd_io (struct backend *b, struct backend_io *io)
     atomic_fetch_sub (&rb->in_flight, 1);
     rbd_aio_release (c);
     free (a);
-    return rbd_result (r);
+    return librbd_result (r);
   }
   return BACKEND_IO_STARTED;
 }
@@ -207,7 +209,7 @@ walk_data (uint64_t offset, size_t length, int exists, void *arg)
 }
 
 static int
-rbd_extents (struct backend *b, uint64_t count, uint64_t offset,
+rbd_backend_extents (struct backend *b, uint64_t count, uint64_t offset,
              struct extent_list *list)
 {
   struct rbd_backend *rb = to_rbd (b);
@@ -216,7 +218,7 @@ rbd_extents (struct backend *b, uint64_t count, uint64_t offset,
   };
   int r;
 
-  if (!backend_range_ok (b, count, offset) || !image_open (rb))
+  if (!backend_range_ok (b, count, offset) || !started (rb))
     return -1;
   /* Without whole_object librbd asks RADOS about every object in the
    * range, so one call looks at a bounded number of them; the caller
@@ -228,7 +230,7 @@ rbd_extents (struct backend *b, uint64_t count, uint64_t offset,
   r = rbd_diff_iterate2 (rb->conn.image, NULL, offset, count, 1, 0,
                          walk_data, &w);
   if (r < 0)
-    return rbd_result (r);
+    return librbd_result (r);
   if (w.cursor < w.end)
     return extent_list_append (list, w.cursor, w.end - w.cursor,
                                EXTENT_HOLE | EXTENT_ZERO);
@@ -238,7 +240,7 @@ rbd_extents (struct backend *b, uint64_t count, uint64_t offset,
 /* ------------------------------------------------------------ lifetime */
 
 static int
-rbd_start (struct backend *b)
+rbd_backend_start (struct backend *b)
 {
   struct rbd_backend *rb = to_rbd (b);
   uint64_t size;
@@ -277,13 +279,13 @@ rbd_backend_close (struct backend *b)
 
 static const struct backend_ops rbd_ops = {
   .kind = "rbd",
-  .pread = rbd_pread,
-  .io = rbd_io,
-  .flush = rbd_do_flush,
-  .extents = rbd_extents,
+  .pread = rbd_backend_pread,
+  .io = rbd_backend_io,
+  .flush = rbd_backend_flush,
+  .extents = rbd_backend_extents,
   .cache = NULL,
   .close = rbd_backend_close,
-  .start = rbd_start,
+  .start = rbd_backend_start,
 };
 
 /* ------------------------------------------------------------ open */

@@ -210,7 +210,7 @@ const struct backend_type backend_type_rbd = {
   "ceph-conf=<PATH>            With rbd=: the cluster's ceph.conf.\n"
   "ceph-id=<NAME>              With rbd=: the Ceph client id (admin).\n"
   "ceph-keyring=<PATH>         With rbd=: the keyring holding its key.\n"
-  "ceph-timeout=<DELAY>        With rbd=: bound on connecting and each request (30s).\n",
+  "ceph-timeout=<DELAY>        With rbd=: limit on connecting, each request (30s).\n",
   .new_args = rbd_new_args,
   .start = rbd_start_key,
   .set = rbd_set,
