@@ -19,6 +19,9 @@ packages=(
   time valgrind gnuplot-nox
   # the kernel NBD client test's guest (client-tests/kernel)
   qemu-system-x86 busybox-static socat kmod cpio e2fsprogs
+  # the rbd= backend and its tests' throw-away cluster (no mgr needed);
+  # qemu's rbd: driver for the bench's comparison
+  ceph-mon ceph-osd ceph-common librbd-dev librados-dev qemu-block-extra
 )
 
 missing=()

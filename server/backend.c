@@ -130,3 +130,15 @@ backend_trim (struct backend *b, uint64_t count, uint64_t offset, bool fua)
 
   return backend_io_wait (b, &io);
 }
+
+int
+backend_client_errno (int err)
+{
+  switch (err) {
+  case EPERM: case EIO: case ENOMEM: case EINVAL: case ENOSPC:
+  case EOVERFLOW: case ENOTSUP: case EROFS: case EFBIG:
+    return err;
+  default:
+    return EIO;
+  }
+}

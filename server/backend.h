@@ -161,6 +161,13 @@ struct backend_sync_ops {
 int backend_io_by_kind (struct backend *, const struct backend_io *,
                         const struct backend_sync_ops *);
 
+/* A remote's error as the engine passes it on: the errnos NBD carries
+ * stay, anything else (a lost connection, a timeout) becomes EIO.  Not
+ * ESHUTDOWN: nbdkit takes it from a plugin to mean that nbdkit itself
+ * is shutting down, and closes the client's connection.
+ */
+int backend_client_errno (int err);
+
 /* Performs io and waits for it, on any backend: for callers outside the
  * queue's dispatch (tests, a wrapper backend).  0, or -1 with errno.
  */

@@ -124,29 +124,13 @@ op_put (struct nbd_op *op)
     op_finish (op);
 }
 
-/* The remote's errors as the engine passes them on.  A lost connection
- * (ENOTCONN, ESHUTDOWN) becomes EIO: nbdkit takes ESHUTDOWN from a
- * plugin to mean that nbdkit itself is shutting down, and closes the
- * client's connection.
- */
-static int
-client_errno (int err)
-{
-  switch (err) {
-  case EPERM: case EIO: case ENOMEM: case EINVAL: case ENOSPC:
-  case EOVERFLOW: case ENOTSUP: case EROFS: case EFBIG:
-    return err;
-  default:
-    return EIO;
-  }
-}
-
 void
 op_fail (struct nbd_op *op, int err)
 {
   int zero = 0;
 
-  atomic_compare_exchange_strong (&op->err, &zero, client_errno (err));
+  atomic_compare_exchange_strong (&op->err, &zero,
+                                  backend_client_errno (err));
 }
 
 /* libnbd calls this from the loop thread (or at once on an error). */

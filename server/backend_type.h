@@ -56,7 +56,14 @@ struct backend_type {
  * file defines; the declarations and backend_registry.c's table both
  * come from this one line.
  */
-#define BACKEND_TYPES(X) X (file) X (memory) X (nbd)
+#define BACKEND_TYPES(X) X (file) X (memory) X (nbd) BACKEND_TYPES_RBD (X)
+
+/* rbd= exists where configure found librbd (HAVE_LIBRBD, config.h). */
+#ifdef HAVE_LIBRBD
+#define BACKEND_TYPES_RBD(X) X (rbd)
+#else
+#define BACKEND_TYPES_RBD(X)
+#endif
 
 #define BACKEND_TYPE_DECLARE(name) \
   extern const struct backend_type backend_type_##name;
