@@ -231,6 +231,12 @@ int read_overlaid (struct queue *, void *buf, uint32_t count,
 int extents_overlaid (struct queue *, uint64_t count, uint64_t offset,
                       struct extent_list *);
 
+/* Batches in flight on an asynchronous backend before a waiting write
+ * that continues one of them is held to merge (queue.c,
+ * behind_busy_stream).
+ */
+#define STREAM_BATCHES 4
+
 /* Whether p still waits behind a busy stream (piece->held_until). */
 static inline bool
 piece_held (const struct queue *q, const struct piece *p)

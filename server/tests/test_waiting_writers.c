@@ -5,9 +5,9 @@
  *  - At depth 1 a waiting write goes out at once and alone, even behind
  *    an unplug delay of an hour.
  *  - At depth, waiting writes that continue a write in flight wait for
- *    it and go out merged: on an asynchronous backend once two batches
- *    keep it busy, on a synchronous one while its dispatch token is
- *    held.
+ *    it and go out merged: on an asynchronous backend once
+ *    STREAM_BATCHES batches keep it busy, on a synchronous one while its
+ *    dispatch token is held.
  *  - On an asynchronous backend with FUA a FUA batch carries the flag
  *    and no backend flush follows; a FUA piece superseded before it went
  *    out still waits for a flush that covers the newer write.
@@ -29,6 +29,7 @@
 
 #include "fixtures.h"
 #include "queue.h"
+#include "queue_internal.h"
 #include "tap.h"
 #include "test_backends.h"
 
@@ -133,50 +134,74 @@ test_depth_one_goes_at_once (unsigned async)
 
 /* ------------------------------------------------------------ depth */
 
-/* Five waiting writes back to back while the first is held in the
- * backend: the last three go out as one operation.
+/* A stream of waiting writes at depth on an asynchronous backend whose
+ * writes are held at the gate: the first STREAM_BATCHES find it with
+ * room and go at once, the next `held` continue the stream it is busy
+ * with and wait for it.  Then the gate opens and all are answered.
  */
+#define STREAM_MAX (STREAM_BATCHES + 4)
+
+static bool
+run_stream (struct test_rig *r, struct test_thread *t, unsigned flags,
+            int held)
+{
+  struct write_job j[STREAM_MAX];
+  int n = STREAM_BATCHES + held;
+  bool ok = CHECK (n <= STREAM_MAX);
+
+  for (int i = 0; ok && i < n; i++)
+    j[i] = (struct write_job) { r->d[0].q, 'a' + i, i * BLOCK, flags };
+  test_backend_block (r->d[0].tb, TB_PWRITEV);
+  for (int i = 0; ok && i < STREAM_BATCHES; i++)
+    ok = START_WRITE (&t[i], &j[i], ENTERED (*r, (unsigned) i + 1));
+  for (int i = STREAM_BATCHES; ok && i < n; i++)
+    ok = START_WRITE (&t[i], &j[i], test_stats (r->d[0].q).waits_behind_stream
+                      == (uint64_t) (i - STREAM_BATCHES + 1));
+  test_backend_release (r->d[0].tb, TB_PWRITEV);
+  for (int i = 0; i < n; i++)
+    ok = ok && CHECK (test_thread_wait (&t[i])) && CHECK (t[i].result == 0);
+  return ok;
+}
+
+static void
+join_all (struct test_thread *t, int n)
+{
+  for (int i = 0; i < n; i++)
+    test_thread_join (&t[i]);
+}
+
+static void
+threads_init (struct test_thread *t, int n)
+{
+  for (int i = 0; i < n; i++)
+    t[i] = (struct test_thread) TEST_THREAD_INIT;
+}
+
+/* The held writes go out as one operation after the stream ahead. */
 static void
 test_async_stream_merges (void)
 {
   struct queue_config cfg = waiting_config (ACK_DISPATCHED);
-  struct write_job j[5];
-  struct test_thread t[5] = {
-    TEST_THREAD_INIT, TEST_THREAD_INIT, TEST_THREAD_INIT, TEST_THREAD_INIT,
-    TEST_THREAD_INIT,
-  };
+  struct test_thread t[STREAM_MAX];
   struct tb_call calls[MAX_CALLS];
   struct test_rig r;
   struct queue_stats st = { 0 };
   size_t n = 0;
   bool ok = CHECK (rig_start (&r, &cfg, ASYNC_IN_FLIGHT, false));
 
-  for (int i = 0; i < 5; i++)
-    j[i] = (struct write_job) { r.d[0].q, 'a' + i, i * BLOCK, 0 };
-  if (ok)
-    test_backend_block (r.d[0].tb, TB_PWRITEV);
-  /* The first two find the backend with room and go at once ... */
-  ok = ok && START_WRITE (&t[0], &j[0],
-                          ENTERED (r, 1));
-  ok = ok && START_WRITE (&t[1], &j[1],
-                          ENTERED (r, 2));
-  /* ... the next three continue the stream the backend is busy with. */
-  for (int i = 2; ok && i < 5; i++)
-    ok = START_WRITE (&t[i], &j[i], test_stats (r.d[0].q).waits_behind_stream
-                      == (uint64_t) i - 1);
-  test_backend_release (r.d[0].tb, TB_PWRITEV);
-  for (int i = 0; i < 5; i++)
-    ok = ok && CHECK (test_thread_wait (&t[i])) && CHECK (t[i].result == 0);
+  threads_init (t, STREAM_MAX);
+  ok = ok && run_stream (&r, t, 0, 3);
   if (ok) {
     st = test_stats (r.d[0].q);
     n = writes (&r.d[0], calls);
-    ok = CHECK (n == 3) && CHECK (calls[2].offset == 2 * BLOCK)
-      && CHECK (calls[2].count == 3 * BLOCK)
+    ok = CHECK (n == STREAM_BATCHES + 1)
+      && CHECK (calls[STREAM_BATCHES].offset == STREAM_BATCHES * BLOCK)
+      && CHECK (calls[STREAM_BATCHES].count == 3 * BLOCK)
       && CHECK (st.waiting_merged == 3)
-      && CHECK (test_backend_holds (r.d[0].tb, 'e', BLOCK, 4 * BLOCK));
+      && CHECK (test_backend_holds (r.d[0].tb, 'a' + STREAM_BATCHES + 2,
+                                    BLOCK, (STREAM_BATCHES + 2) * BLOCK));
   }
-  for (int i = 0; i < 5; i++)
-    test_thread_join (&t[i]);
+  join_all (t, STREAM_MAX);
   test_rig_stop (&r);
   tap_ok (ok, "at depth on an asynchronous backend, waiting writes behind a"
           " busy stream merge (%zu backend writes, %" PRIu64 " held, %"
@@ -234,45 +259,30 @@ flushes (struct test_disk *d)
   return test_backend_count (d->tb, TB_FLUSH);
 }
 
-/* Four FUA writes back to back at depth on a backend with FUA: every
- * backend write carries FUA, the last two merged, and no flush.
+/* FUA writes back to back at depth on a backend with FUA: every backend
+ * write carries FUA, the held ones merged, and no flush.
  */
 static void
 test_fua_rides_on_writes (void)
 {
   struct queue_config cfg = waiting_config (ACK_QUEUED);
-  struct write_job j[4];
-  struct test_thread t[4] = {
-    TEST_THREAD_INIT, TEST_THREAD_INIT, TEST_THREAD_INIT, TEST_THREAD_INIT,
-  };
+  struct test_thread t[STREAM_MAX];
   struct tb_call calls[MAX_CALLS];
   struct test_rig r;
   size_t n = 0, fua = 0;
   bool ok = CHECK (rig_start (&r, &cfg, ASYNC_IN_FLIGHT, true));
 
-  for (int i = 0; i < 4; i++)
-    j[i] = (struct write_job) { r.d[0].q, 'a' + i, i * BLOCK, REQ_FUA };
-  if (ok)
-    test_backend_block (r.d[0].tb, TB_PWRITEV);
-  ok = ok && START_WRITE (&t[0], &j[0],
-                          ENTERED (r, 1));
-  ok = ok && START_WRITE (&t[1], &j[1],
-                          ENTERED (r, 2));
-  for (int i = 2; ok && i < 4; i++)
-    ok = START_WRITE (&t[i], &j[i], test_stats (r.d[0].q).waits_behind_stream
-                      == (uint64_t) i - 1);
-  test_backend_release (r.d[0].tb, TB_PWRITEV);
-  for (int i = 0; i < 4; i++)
-    ok = ok && CHECK (test_thread_wait (&t[i])) && CHECK (t[i].result == 0);
+  threads_init (t, STREAM_MAX);
+  ok = ok && run_stream (&r, t, REQ_FUA, 2);
   if (ok) {
     n = writes (&r.d[0], calls);
     for (size_t i = 0; i < n; i++)
       fua += calls[i].fua;
-    ok = CHECK (n == 3) && CHECK (fua == n) && CHECK (flushes (&r.d[0]) == 0)
-      && CHECK (calls[2].count == 2 * BLOCK);
+    ok = CHECK (n == STREAM_BATCHES + 1) && CHECK (fua == n)
+      && CHECK (flushes (&r.d[0]) == 0)
+      && CHECK (calls[STREAM_BATCHES].count == 2 * BLOCK);
   }
-  for (int i = 0; i < 4; i++)
-    test_thread_join (&t[i]);
+  join_all (t, STREAM_MAX);
   test_rig_stop (&r);
   tap_ok (ok, "FUA writes on a backend with FUA: %zu backend writes, %zu with"
           " FUA, no backend flush", n, fua);
