@@ -330,3 +330,21 @@ test_queue_reads_as (struct queue *q, int c, uint64_t count,
 {
   return test_reads_as (read_queue, q, c, count, offset, "queue read");
 }
+
+void
+test_each_mode (void (*const *cases) (void), size_t n,
+                unsigned *async, unsigned *writers,
+                unsigned async_n, unsigned writers_n)
+{
+  const struct { unsigned async, writers; } modes[] = {
+    { 0, 0 }, { async_n, 0 }, { 0, writers_n },
+  };
+
+  for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+    *async = modes[m].async;
+    *writers = modes[m].writers;
+    for (size_t i = 0; i < n; i++)
+      cases[i] ();
+  }
+  *async = *writers = 0;
+}

@@ -124,6 +124,15 @@ void test_rig_stop (struct test_rig *);
 
 struct queue_stats test_stats (struct queue *);
 
+/* Runs every case of cases[0..n) three times: over a synchronous backend
+ * (*async = *writers = 0), an asynchronous one (*async = async_n) and a
+ * synchronous one with several writers (*writers = writers_n); the cases
+ * read *async and *writers when they make their rig.  Both are 0 after.
+ */
+void test_each_mode (void (*const *cases) (void), size_t n,
+                     unsigned *async, unsigned *writers,
+                     unsigned async_n, unsigned writers_n);
+
 /* queue_pwrite of count bytes of c. */
 int test_write_fill (struct queue *, struct session *, int c, uint64_t count,
                      uint64_t offset, unsigned flags);

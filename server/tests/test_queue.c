@@ -2209,16 +2209,8 @@ static void (*const every_mode[]) (void) = {
 int
 main (void)
 {
-  const struct { unsigned async, writers; } modes[] = {
-    { 0, 0 }, { ASYNC_IN_FLIGHT, 0 }, { 0, WRITERS },
-  };
-
-  for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
-    async_mode = modes[m].async;
-    writers_mode = modes[m].writers;
-    for (size_t i = 0; i < sizeof every_mode / sizeof every_mode[0]; i++)
-      every_mode[i] ();
-  }
+  test_each_mode (every_mode, sizeof every_mode / sizeof every_mode[0],
+                  &async_mode, &writers_mode, ASYNC_IN_FLIGHT, WRITERS);
   writers_mode = WRITERS;
   test_writers_in_parallel ();
   test_one_backend_flush_at_a_time ();
