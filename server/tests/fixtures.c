@@ -348,3 +348,11 @@ test_each_mode (void (*const *cases) (void), size_t n,
   }
   *async = *writers = 0;
 }
+
+int
+test_write_job_run (void *job)
+{
+  struct test_write_job *j = job;
+
+  return test_write_fill (j->q, NULL, j->c, j->count, j->offset, j->flags);
+}

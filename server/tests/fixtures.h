@@ -133,6 +133,17 @@ void test_each_mode (void (*const *cases) (void), size_t n,
                      unsigned *async, unsigned *writers,
                      unsigned async_n, unsigned writers_n);
 
+/* A queue_pwrite of count bytes of c at offset, with flags and no
+ * session, to run on a test_thread: test_write_job_run (job).
+ */
+struct test_write_job {
+  struct queue *q;
+  int c;
+  uint64_t count, offset;
+  unsigned flags;
+};
+int test_write_job_run (void *job);
+
 /* queue_pwrite of count bytes of c. */
 int test_write_fill (struct queue *, struct session *, int c, uint64_t count,
                      uint64_t offset, unsigned flags);

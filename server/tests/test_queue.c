@@ -153,20 +153,6 @@ flush_job_run (void *arg)
   return queue_flush (j->q, j->s);
 }
 
-struct write_job {
-  struct queue *q;
-  int c;
-  uint64_t count, offset;
-};
-
-static int
-write_job_run (void *arg)
-{
-  struct write_job *j = arg;
-
-  return test_write_fill (j->q, NULL, j->c, j->count, j->offset, 0);
-}
-
 struct read_job {
   struct queue *q;
   void *buf;
@@ -559,7 +545,7 @@ static void
 test_flush_covers_superseding_write (void)
 {
   struct queue_config cfg = test_config (HOUR, 1);
-  struct write_job w0 = { .c = 'a', .count = 4 * KiB, .offset = 0 };
+  struct test_write_job w0 = { .c = 'a', .count = 4 * KiB, .offset = 0 };
   struct flush_job f = { .s = NULL };
   struct test_thread t0 = TEST_THREAD_INIT, t1 = TEST_THREAD_INIT;
   struct tb_call calls[16];
@@ -572,7 +558,7 @@ test_flush_covers_superseding_write (void)
   if (ok)
     test_backend_block (r.d[0].tb, TB_PWRITEV);
   /* 'a' goes out and is held in the backend ... */
-  ok = ok && CHECK (test_thread_start (&t0, write_job_run, &w0) == 0);
+  ok = ok && CHECK (test_thread_start (&t0, test_write_job_run, &w0) == 0);
   ok = ok && CHECK (test_backend_wait_entered (r.d[0].tb, TB_PWRITEV, 1));
   /* ... so 'b', over the same bytes, has to wait in the queue, */
   ok = ok && CHECK (test_write_fill (f.q, NULL, 'b', 4 * KiB, 0, 0) == 0);
@@ -1025,7 +1011,7 @@ test_read_while_in_flight (void)
   struct test_thread t1 = TEST_THREAD_INIT, t2 = TEST_THREAD_INIT;
   struct test_thread t3 = TEST_THREAD_INIT;
   struct read_job rj;
-  struct write_job wj;
+  struct test_write_job wj;
   unsigned char buf[8 * KiB];
   int result = -1;
   struct test_rig r;
@@ -1043,8 +1029,8 @@ test_read_while_in_flight (void)
                     && result == 0);
   ok = ok && CHECK (test_buffer_is (buf, 'A', sizeof buf, 0, "in flight"));
 
-  wj = (struct write_job) { r.d[0].q, 'B', 4 * KiB, 0 };
-  ok = ok && CHECK (run_bounded (&t2, write_job_run, &wj, &result)
+  wj = (struct test_write_job) { r.d[0].q, 'B', 4 * KiB, 0, 0 };
+  ok = ok && CHECK (run_bounded (&t2, test_write_job_run, &wj, &result)
                     && result == 0);
   ok = ok && CHECK (run_bounded (&t3, read_job_run, &rj, &result)
                     && result == 0);
@@ -1279,8 +1265,8 @@ static void
 test_dispatched_writer_behind_busy_backend (void)
 {
   struct queue_config cfg = test_config (60000 * MS, 1000);
-  struct write_job w0 = { .c = 'a', .count = 4 * KiB, .offset = 0 };
-  struct write_job w1 = { .c = 'b', .count = 4 * KiB, .offset = 64 * KiB };
+  struct test_write_job w0 = { .c = 'a', .count = 4 * KiB, .offset = 0 };
+  struct test_write_job w1 = { .c = 'b', .count = 4 * KiB, .offset = 64 * KiB };
   struct test_thread t0 = TEST_THREAD_INIT, t1 = TEST_THREAD_INIT;
   struct test_rig r;
   bool ok;
@@ -1290,9 +1276,9 @@ test_dispatched_writer_behind_busy_backend (void)
   w0.q = w1.q = r.d[0].q;
   if (ok)
     test_backend_block (r.d[0].tb, TB_PWRITEV);
-  ok = ok && CHECK (test_thread_start (&t0, write_job_run, &w0) == 0);
+  ok = ok && CHECK (test_thread_start (&t0, test_write_job_run, &w0) == 0);
   ok = ok && CHECK (test_backend_wait_entered (r.d[0].tb, TB_PWRITEV, 1));
-  ok = ok && CHECK (test_thread_start (&t1, write_job_run, &w1) == 0);
+  ok = ok && CHECK (test_thread_start (&t1, test_write_job_run, &w1) == 0);
   ok = ok && CHECK (TEST_WAIT_FOR (test_stats (w1.q).op[OP_WRITE].requests
                                    == 2));
   test_backend_release (r.d[0].tb, TB_PWRITEV);
@@ -1686,7 +1672,7 @@ stream_run (void *arg)
 {
   struct stream *st = arg;
   struct test_thread w[STREAM_WRITERS];
-  struct write_job j[STREAM_WRITERS];
+  struct test_write_job j[STREAM_WRITERS];
   int r = 0;
   uint64_t k;
 
@@ -1705,9 +1691,9 @@ stream_run (void *arg)
       r = -1;
       break;
     }
-    j[slot] = (struct write_job) { st->q, 's', STREAM_PIECE, offset };
+    j[slot] = (struct test_write_job) { st->q, 's', STREAM_PIECE, offset, 0 };
     /* Queued (pieces 0..k and the old one) before k-1 may finish. */
-    if (test_thread_start (&w[slot], write_job_run, &j[slot]) == -1
+    if (test_thread_start (&w[slot], test_write_job_run, &j[slot]) == -1
         || !TEST_WAIT_FOR (test_stats (st->q).op[OP_WRITE].requests
                            >= k + 2)) {
       r = -1;
@@ -2066,18 +2052,18 @@ test_writers_in_parallel (void)
 {
   struct queue_config cfg = test_config (HOUR, 1);
   struct test_thread t1 = TEST_THREAD_INIT, t2 = TEST_THREAD_INIT;
-  struct write_job w1, w2;
+  struct test_write_job w1, w2;
   struct test_rig r;
   bool ok;
 
   ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
   if (ok)
     test_backend_block (r.d[0].tb, TB_PWRITEV);
-  w1 = (struct write_job) { r.d[0].q, 'a', 4 * KiB, 0 };
-  w2 = (struct write_job) { r.d[0].q, 'b', 4 * KiB, MiB };
-  ok = ok && CHECK (test_thread_start (&t1, write_job_run, &w1) == 0);
+  w1 = (struct test_write_job) { r.d[0].q, 'a', 4 * KiB, 0, 0 };
+  w2 = (struct test_write_job) { r.d[0].q, 'b', 4 * KiB, MiB, 0 };
+  ok = ok && CHECK (test_thread_start (&t1, test_write_job_run, &w1) == 0);
   ok = ok && CHECK (test_backend_wait_entered (r.d[0].tb, TB_PWRITEV, 1));
-  ok = ok && CHECK (test_thread_start (&t2, write_job_run, &w2) == 0);
+  ok = ok && CHECK (test_thread_start (&t2, test_write_job_run, &w2) == 0);
   ok = ok && CHECK (test_backend_wait_entered (r.d[0].tb, TB_PWRITEV, 2));
   /* Both tokens are held: this one is queued and answered. */
   ok = ok && CHECK (test_write_fill (r.d[0].q, NULL, 'c', 4 * KiB, 2 * MiB,

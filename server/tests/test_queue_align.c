@@ -224,20 +224,6 @@ test_pieces_coalesce (const struct elevator_ops *elevator)
           " unread", elevator->name);
 }
 
-struct write_job {
-  struct queue *q;
-  int c;
-  uint64_t count, offset;
-};
-
-static int
-write_job_run (void *arg)
-{
-  struct write_job *w = arg;
-
-  return test_write_fill (w->q, NULL, w->c, w->count, w->offset, 0);
-}
-
 /* The lost update: A rewrites block 0 for [0, 1K) and is held in the
  * backend; B, [1K, 2K) of the same block, must neither read nor write
  * the block until A is done (with two token holders, B's own thread
@@ -248,25 +234,25 @@ test_rewrites_of_one_block_never_overlap (void)
 {
   struct queue_config cfg = test_config (HOUR, 1);
   struct test_thread ta = TEST_THREAD_INIT, tb = TEST_THREAD_INIT;
-  struct write_job a, b;
+  struct test_write_job a, b;
   struct test_rig r;
   uint64_t reads, writes;
   bool ok;
 
   ok = CHECK (align_rig (&r, &cfg, DISK_SIZE, TB_TRIM_PASS));
-  a = (struct write_job) { r.d[0].q, 'a', KiB, 0 };
-  b = (struct write_job) { r.d[0].q, 'b', KiB, KiB };
+  a = (struct test_write_job) { r.d[0].q, 'a', KiB, 0, 0 };
+  b = (struct test_write_job) { r.d[0].q, 'b', KiB, KiB, 0 };
   reads = test_backend_entered (r.d[0].tb, TB_PREAD);
   writes = test_backend_entered (r.d[0].tb, TB_PWRITEV);
   if (ok)
     test_backend_block (r.d[0].tb, TB_PWRITEV);
-  ok = ok && CHECK (test_thread_start (&ta, write_job_run, &a) == 0);
+  ok = ok && CHECK (test_thread_start (&ta, test_write_job_run, &a) == 0);
   ok = ok && CHECK (test_backend_wait_entered (r.d[0].tb, TB_PWRITEV,
                                                writes + 1));
   /* B is queued and answered (ack=queued) without touching the block:
    * had its thread taken it, it would be held at the gate too.
    */
-  ok = ok && CHECK (test_thread_start (&tb, write_job_run, &b) == 0)
+  ok = ok && CHECK (test_thread_start (&tb, test_write_job_run, &b) == 0)
     && CHECK (test_thread_wait (&tb) && tb.result == 0);
   ok = ok && CHECK (calls_since (&r, TB_PREAD, reads) == 1)
     && CHECK (calls_since (&r, TB_PWRITEV, writes) == 1)

@@ -40,21 +40,6 @@
 #define ASYNC_IN_FLIGHT 8
 #define MAX_CALLS 64
 
-struct write_job {
-  struct queue *q;
-  int c;
-  uint64_t offset;
-  unsigned flags;
-};
-
-static int
-write_job_run (void *arg)
-{
-  struct write_job *j = arg;
-
-  return test_write_fill (j->q, NULL, j->c, BLOCK, j->offset, j->flags);
-}
-
 static struct queue_config
 waiting_config (enum ack_mode ack)
 {
@@ -94,7 +79,7 @@ writes (struct test_disk *d, struct tb_call *calls)
  * and waits until it has reached the queue (counted by `arrived`).
  */
 #define START_WRITE(t, j, arrived) \
-  (CHECK (test_thread_start ((t), write_job_run, (j)) == 0) \
+  (CHECK (test_thread_start ((t), test_write_job_run, (j)) == 0) \
    && CHECK (TEST_WAIT_FOR (arrived)))
 
 /* ------------------------------------------------------------ depth 1 */
@@ -113,10 +98,10 @@ test_depth_one_goes_at_once (unsigned async)
    * has completed, so nothing is busy and nothing waits for the hour.
    */
   for (int i = 0; ok && i < 8; i++) {
-    struct write_job j = { r.d[0].q, 'a' + i, i * BLOCK, 0 };
+    struct test_write_job j = { r.d[0].q, 'a' + i, BLOCK, i * BLOCK, 0 };
     struct test_thread t = TEST_THREAD_INIT;
 
-    ok = CHECK (test_thread_start (&t, write_job_run, &j) == 0)
+    ok = CHECK (test_thread_start (&t, test_write_job_run, &j) == 0)
       && CHECK (test_thread_wait (&t)) && CHECK (t.result == 0);
     test_thread_join (&t);
   }
@@ -145,12 +130,13 @@ static bool
 run_stream (struct test_rig *r, struct test_thread *t, unsigned flags,
             int held)
 {
-  struct write_job j[STREAM_MAX];
+  struct test_write_job j[STREAM_MAX];
   int n = STREAM_BATCHES + held;
   bool ok = CHECK (n <= STREAM_MAX);
 
   for (int i = 0; ok && i < n; i++)
-    j[i] = (struct write_job) { r->d[0].q, 'a' + i, i * BLOCK, flags };
+    j[i] = (struct test_write_job) { r->d[0].q, 'a' + i, BLOCK, i * BLOCK,
+                                     flags };
   test_backend_block (r->d[0].tb, TB_PWRITEV);
   for (int i = 0; ok && i < STREAM_BATCHES; i++)
     ok = START_WRITE (&t[i], &j[i], ENTERED (*r, (unsigned) i + 1));
@@ -215,7 +201,7 @@ static void
 test_sync_token_merges (void)
 {
   struct queue_config cfg = waiting_config (ACK_DISPATCHED);
-  struct write_job j[5];
+  struct test_write_job j[5];
   struct test_thread t[5] = {
     TEST_THREAD_INIT, TEST_THREAD_INIT, TEST_THREAD_INIT, TEST_THREAD_INIT,
     TEST_THREAD_INIT,
@@ -227,7 +213,7 @@ test_sync_token_merges (void)
   bool ok = CHECK (rig_start (&r, &cfg, 0, false));
 
   for (int i = 0; i < 5; i++)
-    j[i] = (struct write_job) { r.d[0].q, 'a' + i, i * BLOCK, 0 };
+    j[i] = (struct test_write_job) { r.d[0].q, 'a' + i, BLOCK, i * BLOCK, 0 };
   if (ok)
     test_backend_block (r.d[0].tb, TB_PWRITEV);
   ok = ok && START_WRITE (&t[0], &j[0],
@@ -297,7 +283,8 @@ static void
 test_superseded_fua_flushes (void)
 {
   struct queue_config cfg = test_config (TEST_HOUR, 1);
-  struct write_job fua_job = { .c = 'f', .offset = 0, .flags = REQ_FUA };
+  struct test_write_job fua_job = { .c = 'f', .count = BLOCK, .offset = 0,
+                                    .flags = REQ_FUA };
   struct test_thread t = TEST_THREAD_INIT;
   struct tb_call calls[MAX_CALLS];
   struct test_rig r;
@@ -363,7 +350,7 @@ static void
 test_flush_waits_for_superseding_waiter (unsigned async)
 {
   struct queue_config cfg = waiting_config (ACK_DISPATCHED);
-  struct write_job j[3];
+  struct test_write_job j[3];
   struct test_thread t[3] = {
     TEST_THREAD_INIT, TEST_THREAD_INIT, TEST_THREAD_INIT,
   };
@@ -374,7 +361,7 @@ test_flush_waits_for_superseding_waiter (unsigned async)
   bool ok = CHECK (rig_start (&r, &cfg, async, false));
 
   for (int i = 0; i < 3; i++)
-    j[i] = (struct write_job) { r.d[0].q, 'a' + i, 0, 0 };
+    j[i] = (struct test_write_job) { r.d[0].q, 'a' + i, BLOCK, 0, 0 };
   if (ok)
     test_backend_block (r.d[0].tb, TB_PWRITEV);
   ok = ok && START_WRITE (&t[0], &j[0], ENTERED (r, 1));
@@ -415,7 +402,7 @@ static void
 test_flush_does_not_wait_for_waiters (void)
 {
   struct queue_config cfg = waiting_config (ACK_DISPATCHED);
-  struct write_job j = { .c = 'a', .offset = 0 };
+  struct test_write_job j = { .c = 'a', .count = BLOCK };
   struct test_thread t = TEST_THREAD_INIT, f = TEST_THREAD_INIT;
   struct test_rig r;
   bool ok = CHECK (rig_start (&r, &cfg, ASYNC_IN_FLIGHT, false));
