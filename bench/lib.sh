@@ -14,7 +14,8 @@ die() { log "error: $*"; exit 1; }
 # (its build directory's Makefile names the source tree), the last commit
 # that changed the plugin's sources, "-dirty" if they have uncommitted
 # changes, and "STALE" if a source is newer than the plugin file.
-PLUGIN_SOURCES=(server plugin)
+# The engine's tests are not the plugin's sources.
+PLUGIN_SOURCES=(server plugin ':!server/tests')
 build_id() {
   local dir top head src dirty='' stale=''
   [ -n "$PLUGIN" ] && [ -f "$PLUGIN" ] || { echo "no plugin"; return; }
@@ -26,8 +27,8 @@ build_id() {
   src=$(cd "$top" && git log -1 --format=%h -- "${PLUGIN_SOURCES[@]}")
   [ -z "$(cd "$top" && git status --porcelain --untracked-files=no -- "${PLUGIN_SOURCES[@]}")" ] ||
     dirty=-dirty
-  [ -z "$(cd "$top" && find "${PLUGIN_SOURCES[@]}" -newer "$PLUGIN" -type f \
-            -name '*.[ch]' -print -quit)" ] ||
+  [ -z "$(cd "$top" && find server plugin -path server/tests -prune -o \
+            -newer "$PLUGIN" -type f -name '*.[ch]' -print -quit)" ] ||
     stale=", STALE: a source is newer than the plugin"
   echo "$head$dirty (plugin sources last changed in $src$stale)"
 }
