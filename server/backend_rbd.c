@@ -7,10 +7,13 @@
  * from its own completion thread.  Reads, flushes and extents come from
  * request threads and wait for librbd (its synchronous calls).
  *
- * FUA: librbd has no per-write FUA, so the backend offers none
- * (can_fua false) and the queue answers FUA writes with its group
- * commit, one rbd_flush for every FUA and FLUSH waiting together; a
- * write and a flush of its own per FUA write would only cost more.
+ * FUA: librbd has no per-write FUA, so a FUA operation is the operation
+ * and then rbd_aio_flush, submitted from the first one's completion:
+ * both asynchronous, so the queue's dispatcher never waits for them (a
+ * flush of the queue's own, rbd_flush on the dispatch thread, would
+ * stop it submitting until every write in flight was done).  With
+ * librbd's cache off (always, here) the flush only waits for writes
+ * already on their way, so a FUA batch costs about its write.
  *
  * Zeroes: with holes allowed, rbd_aio_write_zeroes (which frees whole
  * objects and truncates partial ones without sending data); without,
@@ -102,7 +105,27 @@ rbd_backend_flush (struct backend *b)
 struct rbd_aio {
   struct rbd_backend *rb;
   struct backend_io *io;
+  bool flushing;                /* a FUA operation's flush is running */
 };
+
+static void aio_complete (rbd_completion_t c, void *arg);
+
+/* librbd's completion thread: a FUA operation just written starts its
+ * flush.  0, or librbd's negative errno when the flush was refused.
+ */
+static int
+flush_after (struct rbd_aio *a)
+{
+  rbd_completion_t c;
+  int r;
+
+  a->flushing = true;
+  if ((r = rbd_aio_create_completion (a, aio_complete, &c)) < 0)
+    return r;
+  if ((r = rbd_aio_flush (a->rb->conn.image, c)) < 0)
+    rbd_aio_release (c);
+  return r;
+}
 
 /* librbd's completion thread: the answer, then the queue is told. */
 static void
@@ -113,6 +136,8 @@ aio_complete (rbd_completion_t c, void *arg)
   ssize_t r = rbd_aio_get_return_value (c);
 
   rbd_aio_release (c);
+  if (r >= 0 && io->fua && !a->flushing && (r = flush_after (a)) == 0)
+    return;                     /* answered when the flush completes */
   /* Pairs with the submitter's increment: what it wrote before
    * submitting is seen here, whatever librbd synchronises internally.
    */
@@ -152,10 +177,6 @@ rbd_backend_io (struct backend *b, struct backend_io *io)
   rbd_completion_t c;
   int r;
 
-  if (io->fua) {
-    errno = EINVAL;             /* can_fua is false: the caller flushes */
-    return -1;
-  }
   if (!backend_range_ok (b, io->count, io->offset) || !started (rb))
     return -1;
   if ((a = malloc (sizeof *a)) == NULL)
@@ -325,7 +346,7 @@ set_limits (struct rbd_backend *rb)
   b->max_iov = 1024;
   b->max_in_flight = RBD_MAX_IN_FLIGHT;
   b->can_fast_zero = true;
-  b->can_fua = false;
+  b->can_fua = true;             /* a flush after the write (aio_complete) */
   b->trim_reads_zero = false;
 }
 

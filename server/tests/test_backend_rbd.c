@@ -214,7 +214,7 @@ test_properties (void)
   ok &= CHECK (backend_is_async (b) && b->max_in_flight >= 16);
   ok &= CHECK (b->limits.minimum == 1 && b->limits.preferred == 4096);
   ok &= CHECK (b->max_write == b->limits.maximum && b->max_iov >= 64);
-  ok &= CHECK (!b->can_fua && b->can_fast_zero && !b->trim_reads_zero);
+  ok &= CHECK (b->can_fua && b->can_fast_zero && !b->trim_reads_zero);
   backend_close (b);
   return ok;
 }
@@ -322,8 +322,10 @@ test_out_of_range (struct backend *b)
   errno = 0;
   ok &= CHECK (fill (b, 1, 16, IMAGE_SIZE - 8) == -1 && errno == EINVAL);
   errno = 0;
+  memset (buf, 0x5a, sizeof buf);
   ok &= CHECK (backend_pwritev (b, &(struct iovec) { buf, 16 }, 1, 0, true)
-               == 0);           /* FUA through backend_io_wait: a flush */
+               == 0);           /* FUA: the write, then its own aio flush */
+  ok &= reads_as (b, 0x5a, 16, 0);
   return ok;
 }
 
