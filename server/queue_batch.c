@@ -182,6 +182,15 @@ batch_has_room (struct batch *b)
   return true;
 }
 
+/* Whether p fits in b: its piece count and max-merge. */
+static bool
+batch_within_limits (const struct queue *q, const struct batch *b,
+                     const struct piece *p)
+{
+  return b->nr_pieces < batch_limit (q)
+    && b->bytes + p->length <= q->merge_limit;
+}
+
 /* Whether b may take p as well: the batch limits, and room for it in
  * the vector.
  */
@@ -189,8 +198,7 @@ bool
 batch_may_grow (struct queue *q, struct batch *b, const struct piece *p)
 {
   queue_assert_locked (q);
-  return b->nr_pieces < batch_limit (q)
-    && b->bytes + p->length <= q->merge_limit && batch_has_room (b);
+  return batch_within_limits (q, b, p) && batch_has_room (b);
 }
 
 static void
@@ -211,7 +219,6 @@ struct batch *
 batch_take (struct queue *q)
 {
   uint64_t now = monotonic_ns ();
-  size_t limit = batch_limit (q);
   struct piece *p;
   struct batch *b;
 
@@ -227,8 +234,7 @@ batch_take (struct queue *q)
     struct piece *next = q->cfg.elevator->next (&q->elevator, p);
 
     batch_add (q, b, p, now);
-    if (next == NULL || b->nr_pieces >= limit
-        || b->bytes + next->length > q->merge_limit
+    if (next == NULL || !batch_within_limits (q, b, next)
         || continuation_in_flight (q, next) || !batch_has_room (b))
       break;
     p = next;
