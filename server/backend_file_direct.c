@@ -20,6 +20,7 @@
 #include "backend.h"
 #include "backend_file.h"
 #include "fd_io.h"
+#include "iovec.h"
 #include "minmax.h"
 
 /* Bounce and zero buffers: large enough to keep the disk streaming, small
@@ -74,32 +75,12 @@ iov_aligned (const struct iovec *iov, int iovcnt, uint32_t align)
   return true;
 }
 
-/* Copies n bytes from the vector, starting at element *i, byte *off. */
-static void
-gather (char *dst, size_t n, const struct iovec *iov, int *i, size_t *off)
-{
-  while (n > 0) {
-    size_t avail = iov[*i].iov_len - *off;
-    size_t k = MIN (avail, n);
-
-    memcpy (dst, (const char *) iov[*i].iov_base + *off, k);
-    dst += k;
-    n -= k;
-    *off += k;
-    if (*off == iov[*i].iov_len) {
-      (*i)++;
-      *off = 0;
-    }
-  }
-}
-
 int
 direct_pwritev (struct file_backend *f, const struct iovec *iov, int iovcnt,
                 uint64_t total, uint64_t offset)
 {
   char *bounce;
-  int i = 0;
-  size_t off = 0;
+  uint64_t done = 0;
 
   if (!is_aligned (offset, f->align) || !is_aligned (total, f->align)) {
     errno = EINVAL;
@@ -114,11 +95,12 @@ direct_pwritev (struct file_backend *f, const struct iovec *iov, int iovcnt,
   while (total > 0) {
     size_t n = MIN (total, BOUNCE_SIZE);
 
-    gather (bounce, n, iov, &i, &off);
+    iov_copy_out (bounce, iov, iovcnt, done, n);
     if (full_pwrite (f->fd, bounce, n, offset) == -1) {
       free (bounce);
       return -1;
     }
+    done += n;
     offset += n;
     total -= n;
   }

@@ -34,6 +34,7 @@
 #include "backend_nbd.h"
 #include "backend_type.h"
 #include "config_value.h"
+#include "iovec.h"
 #include "log.h"
 
 #define ZERO_CHUNK (1024 * 1024 * 1024)        /* under NBD's 32-bit count */
@@ -94,17 +95,11 @@ static const void *
 gather (struct nbd_op *op, const struct iovec *iov, int iovcnt,
         uint64_t count)
 {
-  char *p;
-
   if (iovcnt == 1)
     return iov[0].iov_base;
   if ((op->bounce = malloc (count)) == NULL)
     return NULL;
-  p = op->bounce;
-  for (int i = 0; i < iovcnt; i++) {
-    memcpy (p, iov[i].iov_base, iov[i].iov_len);
-    p += iov[i].iov_len;
-  }
+  iov_copy_out (op->bounce, iov, iovcnt, 0, count);
   return op->bounce;
 }
 

@@ -55,6 +55,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fd_io.h"
+#include "iovec.h"
 #include "minmax.h"
 #include "queue_internal.h"
 
@@ -65,6 +67,13 @@ static uint64_t
 block_size (const struct queue *q)
 {
   return q->block_mask + 1;
+}
+
+/* What a bounce buffer of this backend is aligned to. */
+static uint32_t
+buffer_align (const struct queue *q)
+{
+  return MAX ((uint32_t) block_size (q), q->backend->buffer_align);
 }
 
 static uint64_t
@@ -142,27 +151,6 @@ batch_align (struct queue *q, struct batch *b, uint64_t now)
 
 /* ------------------------------------------------------------ writing */
 
-/* Copies n bytes of the vector, from byte skip of it on, to dst. */
-static void
-copy_from_iov (char *dst, const struct iovec *iov, int iovcnt, uint64_t skip,
-               uint64_t n)
-{
-  for (int i = 0; i < iovcnt && n > 0; i++) {
-    uint64_t len = iov[i].iov_len;
-    uint64_t k;
-
-    if (skip >= len) {
-      skip -= len;
-      continue;
-    }
-    k = MIN (len - skip, n);
-    memcpy (dst, (const char *) iov[i].iov_base + skip, k);
-    dst += k;
-    n -= k;
-    skip = 0;
-  }
-}
-
 /* The block at `block` with b's bytes of it laid in: read, filled with
  * b's data (or zeroes), written whole.  buf holds one block.
  */
@@ -182,8 +170,8 @@ rewrite_block (struct backend *be, const struct batch *b, uint64_t block,
   if (be->ops->pread (be, buf, block_size (q), block) == -1)
     return -1;
   if (b->kind == OP_WRITE)
-    copy_from_iov (buf + (from - block), b->io.iov, b->io.iovcnt,
-                   from - b->offset, to - from);
+    iov_copy_out (buf + (from - block), b->io.iov, b->io.iovcnt,
+                  from - b->offset, to - from);
   else
     memset (buf + (from - block), 0, to - from);
   return backend_io_wait (be, &io);
@@ -196,14 +184,11 @@ rewrite_edges (struct backend *be, const struct batch *b)
   const struct queue *q = b->q;
   uint64_t head = block_down (q, b->offset);
   uint64_t tail = block_down (q, batch_end (b) - 1);
-  size_t align = MAX ((size_t) block_size (q), (size_t) be->buffer_align);
-  void *buf;
+  char *buf = alloc_aligned (block_size (q), buffer_align (q));
   int r = 0;
 
-  if (posix_memalign (&buf, align, block_size (q)) != 0) {
-    errno = ENOMEM;             /* the batch is tried again later */
-    return -1;
-  }
+  if (buf == NULL)
+    return -1;                  /* ENOMEM: the batch is tried again later */
   if (head != b->offset)
     r = rewrite_block (be, b, head, buf);
   if (r == 0 && block_up (q, batch_end (b)) != batch_end (b)
@@ -211,28 +196,6 @@ rewrite_edges (struct backend *be, const struct batch *b)
     r = rewrite_block (be, b, tail, buf);
   free (buf);
   return r;
-}
-
-/* Cuts a vector down to its bytes [skip, skip+len), len > 0, in place:
- * its first element, and *iovcnt its length.
- */
-static struct iovec *
-iov_cut (struct iovec *v, int *iovcnt, uint64_t skip, uint64_t len)
-{
-  uint64_t seen = 0;
-  int k = 0;
-
-  while (v->iov_len <= skip) {
-    skip -= v->iov_len;
-    v++;
-  }
-  v->iov_base = (char *) v->iov_base + skip;
-  v->iov_len -= skip;
-  while (seen + v[k].iov_len < len)
-    seen += v[k++].iov_len;
-  v[k].iov_len = len - seen;
-  *iovcnt = k + 1;
-  return v;
 }
 
 /* The whole blocks [from, to) between b's partial ends, as b's own
@@ -287,14 +250,11 @@ read_unaligned (struct queue *q, void *buf, uint32_t count, uint64_t offset)
   struct backend *be = q->backend;
   uint64_t lo = block_down (q, offset), hi = block_up (q, offset + count);
   uint64_t chunk = MIN (hi - lo, MAX (READ_BOUNCE_MAX, block_size (q)));
-  size_t align = MAX ((size_t) block_size (q), (size_t) be->buffer_align);
   char *out = buf;
-  void *bounce;
+  char *bounce = alloc_aligned (chunk, buffer_align (q));
 
-  if (posix_memalign (&bounce, align, chunk) != 0) {
-    errno = ENOMEM;
+  if (bounce == NULL)
     return -1;
-  }
   for (uint64_t pos = lo; pos < hi; pos += chunk) {
     uint64_t n = MIN (chunk, hi - pos);
     uint64_t from = MAX (pos, offset), to = MIN (pos + n, offset + count);
@@ -306,8 +266,7 @@ read_unaligned (struct queue *q, void *buf, uint32_t count, uint64_t offset)
       errno = err;
       return -1;
     }
-    memcpy (out + (from - offset), (char *) bounce + (from - pos),
-            to - from);
+    memcpy (out + (from - offset), bounce + (from - pos), to - from);
   }
   free (bounce);
   return 0;
