@@ -50,7 +50,7 @@ assert_config_error() {
   run timeout 30 "$NBDKIT" -U - "$PLUGIN" \
     ack=queued elevator=deadline unplug-delay=3ms unplug-thresh=16 \
     max-merge=1M queue-bytes=64M queue-requests=256 write-expire=5s \
-    disk=a file="$T/a.img" elevator=noop unplug-delay=500us write-expire=2 \
+    bypass=auto disk=a file="$T/a.img" bypass=never elevator=noop unplug-delay=500us write-expire=2 \
     disk=b file="$T/b.img" direct=false ack=dispatched unplug-delay=1000000ns \
     disk=m memory=1G unplug-delay=1s \
     linear=vol:a,b@1M+1M,m@0+512K \
@@ -309,6 +309,12 @@ EOF
   done
 }
 
+@test "config: bad bypass" {
+  bad_config disk=a memory=1M bypass=sometimes
+  assert_config_error bypass
+  assert_output --partial "expected auto or never"
+}
+
 # ---------------------------------------------------------------- help, version
 
 @test "config: --help lists every key" {
@@ -317,7 +323,7 @@ EOF
   local k
   for k in disk file direct memory linear default-export ack elevator \
            unplug-delay unplug-thresh max-merge queue-bytes queue-requests \
-           write-expire \
+           write-expire bypass \
            stats stats-format stats-interval; do
     if ! grep -qE "(^|[^a-z-])$k=" <<<"$output"; then
       fail "--help does not list $k=: $output"

@@ -32,8 +32,10 @@ GiB=$((1024 * MiB))
 export KiB MiB GiB
 
 # A queue that does not unplug by itself while a test looks: the timer,
-# the threshold and the deadline are all far away.
-LONG_QUEUE=(unplug-delay=20s unplug-thresh=100000 write-expire=60s)
+# the threshold and the deadline are all far away, and no write goes
+# around it (bypass=never: on file and memory disks a lone random write
+# would otherwise go straight to the backend).
+LONG_QUEUE=(unplug-delay=20s unplug-thresh=100000 write-expire=60s bypass=never)
 
 plugq_setup() {
   if [ -z "${PLUGIN:-}" ] || [ ! -f "$PLUGIN" ]; then

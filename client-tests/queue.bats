@@ -236,7 +236,7 @@ EOF
 @test "queue: the unplug timer alone writes queued data out" {
   make_file "$F" 4M
   start_plugq unplug-delay=100ms unplug-thresh=100000 write-expire=60s \
-    stats="$T/stats.json" stats-interval=50ms disk=f file="$F"
+    bypass=never stats="$T/stats.json" stats-interval=50ms disk=f file="$F"
   pyrun "$F" <<'EOF'
 import sys, time
 from plugqtest import *
@@ -262,7 +262,7 @@ EOF
 @test "queue: unplug-thresh requests unplug the queue at once (stats: threshold)" {
   make_file "$F" 4M
   start_plugq unplug-delay=20s unplug-thresh=4 write-expire=60s \
-    stats="$T/stats.json" stats-interval=50ms disk=f file="$F"
+    bypass=never stats="$T/stats.json" stats-interval=50ms disk=f file="$F"
   pyrun "$F" <<'EOF'
 import sys
 from plugqtest import *
@@ -464,7 +464,7 @@ EOF
   make_file "$F" 16M
   # max-merge above queue-bytes: a merge's worth of queued bytes would
   # otherwise unplug the queue (threshold) before it is ever full.
-  start_plugq unplug-delay=20s unplug-thresh=100000 write-expire=60s \
+  start_plugq "${LONG_QUEUE[@]}" \
     max-merge=8M queue-bytes=1M stats="$T/stats.json" stats-interval=50ms disk=f file="$F"
   pyrun "$F" <<'EOF'
 import sys
@@ -490,11 +490,11 @@ EOF
 
 @test "queue: -D plugq.queue=1 logs plugs and unplugs" {
   local n0 n1
-  start_plugq -v -- disk=m memory=1M
+  start_plugq -v -- bypass=never disk=m memory=1M
   nbdsh_run m 'h.pwrite(b"x" * 4096, 0)' 'h.flush()'
   stop_plugq
   n0=$(grep -ci 'unplug' "$PLUGQ_LOG" || true)
-  start_plugq -v -D plugq.queue=1 -- disk=m memory=1M
+  start_plugq -v -D plugq.queue=1 -- bypass=never disk=m memory=1M
   nbdsh_run m 'h.pwrite(b"x" * 4096, 0)' 'h.flush()'
   stop_plugq
   n1=$(grep -ci 'unplug' "$PLUGQ_LOG" || true)
@@ -503,4 +503,40 @@ EOF
   fi
   [ "$n1" -gt "$n0" ] || fail "with -D plugq.queue=1: $n1 lines about unplugs, without: $n0"
   grep -qiE '(^|[^n])plug' "$PLUGQ_LOG" || fail "no plug event logged"
+}
+
+@test "queue: bypass=auto: random writes on a file disk go straight to the file, a stream is still merged" {
+  make_file "$F" 16M
+  start_plugq unplug-delay=20s unplug-thresh=100000 write-expire=60s \
+    stats="$T/stats.json" stats-interval=50ms disk=f file="$F"
+  pyrun "$F" <<'EOF'
+import sys
+from plugqtest import *
+path = sys.argv[1]
+h = connect("f")
+# One at a time, none where another ended: each is in the file when answered.
+w = [(i * MiB + 4096, pattern(i, 4096)) for i in range(8)]
+for off, data in w:
+    h.pwrite(data, off)
+    expect_file(path, off, data, "backing file right after the answer, no FLUSH")
+# A stream after them: its first write goes straight through, the rest
+# continue it and wait in the queue (20 s plug) until the FLUSH.
+s = pattern(9, 16 * 4096)
+for i in range(16):
+    h.pwrite(s[i * 4096:(i + 1) * 4096], 12 * MiB + i * 4096)
+expect_read(h, 12 * MiB, s, "read of the stream")
+expect_file(path, 12 * MiB + 4096, fill(0, 15 * 4096), "the stream's queued writes before FLUSH")
+h.flush()
+expect_file(path, 12 * MiB, s, "the stream after FLUSH")
+h.shutdown()
+EOF
+  stop_plugq
+  run stats_value "$T/stats.json" f bypassed_writes
+  assert_output 9
+  run stats_value "$T/stats.json" f write.requests
+  assert_output 24
+  run stats_value "$T/stats.json" f write.merges
+  assert_output 14
+  run stats_value "$T/stats.json" f config.bypass
+  assert_output auto
 }

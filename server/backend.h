@@ -113,6 +113,12 @@ struct backend {
    * caller flushes instead.
    */
   bool can_fua;
+  /* A write returns once its data is in memory (the page cache, RAM),
+   * without waiting for a device: the order writes arrive in costs
+   * nothing, so one the queue cannot merge goes around it
+   * (queue_bypass.c).
+   */
+  bool writes_to_memory;
   /* A trimmed range reads back as zeroes on this backend. */
   bool trim_reads_zero;
   char *description;            /* "file /srv/db.img (O_DIRECT)" */

@@ -344,6 +344,7 @@ set_limits (struct file_backend *f)
     f->b.limits.minimum = 1;
     f->b.limits.preferred = 4096;
     f->b.max_writers = BUFFERED_WRITERS;
+    f->b.writes_to_memory = true;
   }
   f->b.limits.maximum = MAX_REQUEST;
   f->b.max_write = MAX_WRITE;

@@ -559,6 +559,7 @@ backend_memory_new (uint64_t size)
   m->b.max_write = 32 * 1024 * 1024;
   m->b.max_iov = IOV_MAX;
   m->b.max_writers = MEM_MAX_WRITERS;
+  m->b.writes_to_memory = true;
   m->b.can_fua = true;
   m->b.can_fast_zero = true;
   m->b.trim_reads_zero = true;

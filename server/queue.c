@@ -39,6 +39,7 @@ queue_config_defaults (struct queue_config *c)
   c->queue_requests = 256;
   c->write_expire_ns = 5000 * NS_PER_MS;
   c->retry_ns = 10000 * NS_PER_MS;
+  c->bypass = true;
 }
 
 /* Spare aligned buffers a disk keeps (buffer_pool.h).  A completed batch
@@ -76,6 +77,9 @@ queue_init_fields (struct queue *q, struct backend *backend,
   q->max_in_flight = backend_is_async (backend) && backend->max_in_flight > 1
     ? backend->max_in_flight : SYNC_ROUND * q->max_holders;
   q->writes_carry_fua = backend_is_async (backend) && backend->can_fua;
+  q->bypass = cfg->bypass && backend->writes_to_memory
+    && !backend_is_async (backend) && q->block_mask == 0
+    && backend->buffer_align <= 1;
   q->elevator.by_offset = &q->by_offset;
   q->elevator.by_age = &q->by_age;
   q->flush.next_epoch = 1;
@@ -347,6 +351,8 @@ insert_piece (struct queue *q, struct session *s, const struct piece *r,
   p->promised = waiter == NULL || p->fua || (cut & CUT_ANY);
   c->requests++;
   c->request_bytes += p->length;
+  if (p->kind == OP_WRITE)
+    note_write_end (q, piece_end (p));
   if (flags & REQ_FUA)
     q->stats.fua_requests++;
   queue_link (q, p, NULL);
@@ -439,6 +445,14 @@ queue_pwrite (struct queue *q, struct session *s, const void *buf,
     return -1;
   if (count == 0)
     return 0;
+  /* Only a hint without the lock: bypass_write decides under it. */
+  if (q->bypass && !(flags & REQ_FUA)
+      && atomic_load_explicit (&q->pieces_present, memory_order_relaxed) == 0) {
+    int answer = bypass_write (q, s, buf, count, offset);
+
+    if (answer != BYPASS_DECLINED)
+      return answer;
+  }
   piece_init (q, &r, OP_WRITE, count, offset, flags);
   r.buf = data_buffer_new (buf, count, q->backend->buffer_align, q->buffers,
                            &q->spare_buffers);

@@ -38,6 +38,9 @@ struct queue_config {
   uint64_t queue_bytes;         /* queued data before writers wait */
   uint32_t queue_requests;      /* queued pieces before writers wait */
   uint64_t write_expire_ns;     /* deadline: no request waits longer */
+  bool bypass;                  /* writes nothing can merge with go around
+                                 * the queue where the backend writes to
+                                 * memory (queue_bypass.c) */
   uint64_t retry_ns;            /* a write-out short of memory is tried
                                  * again for this long (not a parameter:
                                  * tests shorten it) */

@@ -33,14 +33,16 @@ batch_limit (const struct queue *q)
   return q->backend->max_iov > 0 ? (size_t) q->backend->max_iov : 1024;
 }
 
-/* Whether a piece in flight has bytes in [start, end). */
+/* Whether a piece in flight, or a write going around the queue, has
+ * bytes in [start, end).
+ */
 bool
 in_flight_between (struct queue *q, uint64_t start, uint64_t end)
 {
   struct piece *f = first_reaching (&q->in_flight, start);
 
   queue_assert_locked (q);
-  return f && f->offset < end;
+  return (f && f->offset < end) || bypass_overlaps (q, start, end);
 }
 
 /* A piece may not go out while an older piece over the same bytes is

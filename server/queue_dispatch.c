@@ -244,8 +244,21 @@ take_token (struct queue *q)
   return true;
 }
 
+/* A token for a write going around the queue (queue_bypass.c), if one
+ * is free: it never waits and wakes nobody.
+ */
+bool
+take_bypass_token (struct queue *q)
+{
+  queue_assert_locked (q);
+  if (q->holders >= token_limit (q) || q->stopping)
+    return false;
+  q->holders++;
+  return true;
+}
+
 /* The last holder out hands what is left to the dispatch thread. */
-static void
+void
 release_token (struct queue *q)
 {
   queue_assert_locked (q);

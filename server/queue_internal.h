@@ -13,6 +13,8 @@
  *                    reads through an aligned bounce buffer
  *   queue_dispatch.c who writes the queue out: rounds, dispatch tokens,
  *                    the dispatch thread
+ *   queue_bypass.c   writes that go around the queue: on a backend that
+ *                    writes to memory, one nothing can merge with
  *
  * Locking: every field below is protected by q->lock unless it says
  * otherwise.  A helper that needs the lock starts with
@@ -104,6 +106,14 @@ struct batch {
   uint64_t retry_at_ns;
 };
 
+/* Writes going around the queue at once (queue_bypass.c); more wait
+ * for a slot in the queue instead.
+ */
+#define BYPASS_SLOTS 8
+
+/* Write ends remembered to tell a stream from random writes. */
+#define RECENT_ENDS 8
+
 struct queue {
   /* Set at creation, read-only after. */
   char *name;
@@ -121,6 +131,10 @@ struct queue {
    * sync once per batch where group commit shares one flush among many.
    */
   bool writes_carry_fua;
+  /* Writes nothing can merge with go around the queue (bypass=auto on a
+   * synchronous backend that writes to memory at any alignment).
+   */
+  bool bypass;
   struct buffer_pool *buffers;  /* spare mappings for aligned data;
                                  * has its own lock */
   struct data_buffer_spares spare_buffers; /* lock-free */
@@ -160,6 +174,13 @@ struct queue {
   uint64_t unplug_seq;          /* an unplug sends out everything up to here */
   uint32_t full_waiters;
   uint32_t dispatched_waiters;  /* ack=dispatched writers not yet answered */
+  /* Writes going around the queue, each holding a dispatch token; a free
+   * slot has end 0.
+   */
+  struct { uint64_t start, end; } bypassing[BYPASS_SLOTS];
+  unsigned nr_bypassing;
+  uint64_t recent_ends[RECENT_ENDS];
+  unsigned recent_next;
   bool stopping;
 
   struct flush_state flush;
@@ -318,8 +339,24 @@ read_backend (struct queue *q, void *buf, uint32_t count, uint64_t offset)
 #define HELP_ROUND 4
 
 void queue_kick_dispatcher (struct queue *);
+bool take_bypass_token (struct queue *);
+void release_token (struct queue *);
 bool run_queue_here (struct queue *, int steps, unsigned round);
 void wait_or_work (struct queue *, pthread_cond_t *until);
 int dispatch_thread_start (struct queue *);
+
+/* queue_bypass.c */
+
+/* bypass_write's answer when the write must take the queue. */
+#define BYPASS_DECLINED 1
+
+/* Unlocked: the write around the queue when bypass_allowed says it may
+ * go, answered (0, or -1 with errno); BYPASS_DECLINED, with nothing
+ * done, when it must be queued.
+ */
+int bypass_write (struct queue *, struct session *, const void *buf,
+                  uint32_t count, uint64_t offset);
+bool bypass_overlaps (const struct queue *, uint64_t start, uint64_t end);
+void note_write_end (struct queue *, uint64_t end);
 
 #endif /* PLUGQ_QUEUE_INTERNAL_H */

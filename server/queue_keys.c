@@ -11,7 +11,7 @@
 
 const char *const queue_keys[] = {
   "ack", "elevator", "unplug-delay", "unplug-thresh", "max-merge",
-  "queue-bytes", "queue-requests", "write-expire", NULL,
+  "queue-bytes", "queue-requests", "write-expire", "bypass", NULL,
 };
 
 bool
@@ -32,6 +32,20 @@ set_ack (struct queue_config *qc, const char *key, const char *value)
     qc->ack = ACK_DISPATCHED;
   else {
     log_error ("%s=%s: expected queued or dispatched", key, value);
+    return -1;
+  }
+  return 0;
+}
+
+static int
+set_bypass (struct queue_config *qc, const char *key, const char *value)
+{
+  if (strcmp (value, "auto") == 0)
+    qc->bypass = true;
+  else if (strcmp (value, "never") == 0)
+    qc->bypass = false;
+  else {
+    log_error ("%s=%s: expected auto or never", key, value);
     return -1;
   }
   return 0;
@@ -62,6 +76,8 @@ queue_key_set (struct queue_config *qc, const char *key, const char *value)
     return set_ack (qc, key, value);
   if (strcmp (key, "elevator") == 0)
     return set_elevator (qc, key, value);
+  if (strcmp (key, "bypass") == 0)
+    return set_bypass (qc, key, value);
   if (strcmp (key, "unplug-delay") == 0)
     return config_parse_delay (key, value, true, &qc->unplug_delay_ns);
   if (strcmp (key, "write-expire") == 0)

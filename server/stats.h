@@ -66,6 +66,7 @@ struct queue_stats {
   uint64_t latched_errors;
   uint64_t writeback_retries;   /* write-outs tried again for memory */
   uint64_t read_modify_writes;  /* write-outs that read partial blocks */
+  uint64_t bypassed_writes;     /* writes that went around the queue */
   uint64_t queued_requests;     /* now */
   uint64_t queued_bytes;        /* now */
   uint64_t in_flight;           /* now */

@@ -139,7 +139,8 @@ config_json (const struct queue_config *qc)
       || set (o, "max_merge", num (qc->max_merge)) == -1
       || set (o, "queue_bytes", num (qc->queue_bytes)) == -1
       || set (o, "queue_requests", num (qc->queue_requests)) == -1
-      || set (o, "write_expire_us", num (qc->write_expire_ns / 1000)) == -1) {
+      || set (o, "write_expire_us", num (qc->write_expire_ns / 1000)) == -1
+      || set (o, "bypass", json_string (qc->bypass ? "auto" : "never")) == -1) {
     json_decref (o);
     return NULL;
   }
@@ -207,6 +208,7 @@ disk_json (struct queue *q)
       || set (o, "latched_errors", num (st.latched_errors)) == -1
       || set (o, "writeback_retries", num (st.writeback_retries)) == -1
       || set (o, "read_modify_writes", num (st.read_modify_writes)) == -1
+      || set (o, "bypassed_writes", num (st.bypassed_writes)) == -1
       || set (o, "queued_requests", num (st.queued_requests)) == -1
       || set (o, "queued_bytes", num (st.queued_bytes)) == -1
       || set (o, "in_flight", num (st.in_flight)) == -1

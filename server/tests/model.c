@@ -645,6 +645,14 @@ choose_params (struct harness_params *p, struct byte_source *src,
   /* Partial blocks race only between token holders writing at once. */
   else if (b % 4 == 2 && p->backend.min_block)
     p->backend.writers = PICK_INDEX (writers_choices, b >> 2);
+  /* Half the synchronous runs on a backend that writes to memory, as
+   * file and memory disks do, where writes nothing can merge with go
+   * around the queue, unless bypass=never.
+   */
+  b = byte_source_u8 (src);
+  p->backend.writes_to_memory = !p->backend.async && !p->backend.min_block
+    && (b & 1);
+  c->bypass = (b & 6) != 0;
 }
 
 void
@@ -708,7 +716,7 @@ harness_params_format (const struct harness_params *p, char *buf,
             " queue-bytes=%s queue-requests=%" PRIu32 " expire=%s"
             " disk=%" PRIu64 " lanes=%u"
             " trim=%s fast-zero=%s max-write=%s max-iov=%d minimum=%" PRIu32
-            " min-block=%" PRIu32 " async=%u%s writers=%u",
+            " min-block=%" PRIu32 " async=%u%s writers=%u%s%s",
             c->elevator->name,
             c->ack == ACK_QUEUED ? "queued" : "dispatched",
             c->unplug_thresh,
@@ -723,7 +731,9 @@ harness_params_format (const struct harness_params *p, char *buf,
             ? human_bytes (p->backend.max_write, b[4], sizeof b[4]) : "own",
             p->backend.max_iov, p->backend.minimum, p->backend.min_block,
             p->backend.async, p->backend.fua ? "+fua" : "",
-            p->backend.writers);
+            p->backend.writers,
+            p->backend.writes_to_memory ? " writes-to-memory" : "",
+            c->bypass ? "" : " bypass=never");
 }
 
 /* ------------------------------------------------------------ harness */
@@ -868,6 +878,8 @@ backend_new (struct harness *h)
   }
   if (bp->async && bp->fua)
     test_backend_set_fua (tb);
+  if (bp->writes_to_memory)
+    test_backend_set_writes_to_memory (tb);
   test_backend_jitter (tb, h->p.disk_size ^ h->p.config.unplug_thresh);
   return tb;
 }

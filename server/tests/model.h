@@ -191,6 +191,8 @@ struct backend_params {
   unsigned async;               /* >0: submit, this many in flight */
   bool fua;                     /* async only: honours FUA */
   unsigned writers;             /* >1: max_writers of a synchronous one */
+  bool writes_to_memory;        /* synchronous: writes may go around the
+                                 * queue (queue_bypass.c) */
 };
 
 #define HARNESS_MAX_LANES 8

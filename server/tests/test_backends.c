@@ -914,6 +914,13 @@ test_backend_set_fua (struct test_backend *tb)
   tb->b.can_fua = true;
 }
 
+void
+test_backend_set_writes_to_memory (struct test_backend *tb)
+{
+  assert (tb->b.ops == &test_ops);
+  tb->b.writes_to_memory = true;
+}
+
 int
 test_backend_set_async (struct test_backend *tb, unsigned n)
 {
@@ -943,6 +950,10 @@ test_backend_new (uint64_t size)
   tb->b.max_writers = 1;
   /* It refuses FUA (tb_io), so callers must flush instead. */
   tb->b.can_fua = false;
+  /* Writes take the queue unless a test lets them go around it
+   * (test_backend_set_writes_to_memory).
+   */
+  tb->b.writes_to_memory = false;
   if (asprintf (&tb->b.description, "test over %s",
                 tb->inner->description) == -1) {
     backend_close (tb->inner);

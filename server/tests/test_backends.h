@@ -93,6 +93,10 @@ int test_backend_set_async_workers (struct test_backend *, unsigned n,
  * durable when it completes (no later flush needed for its range).
  */
 void test_backend_set_fua (struct test_backend *);
+/* Synchronous only: it says its writes land in memory, so writes the
+ * queue cannot merge go around it (queue_bypass.c).
+ */
+void test_backend_set_writes_to_memory (struct test_backend *);
 
 /* From now on calls take their time now and then, by a PRNG seeded with
  * seed: an asynchronous operation is picked at random among the pending

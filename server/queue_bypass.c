@@ -1,0 +1,176 @@
+/* plugq: writes that go around the queue.
+ *
+ * On a backend whose writes only reach memory (the page cache, RAM:
+ * backend.writes_to_memory) a write that nothing can merge with gains
+ * nothing by waiting in the queue: the order writes reach memory in
+ * does not matter, and the backend's own write costs less than the
+ * copy, the trees and the hand-over of the way through the queue.  As
+ * blk-mq issues a request straight to a device with a free tag when it
+ * finds nothing to merge it with, such a write goes to the backend from
+ * the request's own thread and the client's buffer, and is answered once
+ * it is written.
+ *
+ * A write goes around the queue (bypass_allowed) when:
+ *   - the disk has bypass=auto (the default) and a backend that writes
+ *     to memory, synchronously, at any alignment (q->bypass);
+ *   - it is not FUA: FUA writes share backend flushes in the queue
+ *     (group commit), which is what makes them cheap;
+ *   - nothing is queued or in flight through the queue, so no older
+ *     piece holds any of its bytes and nothing waits to go before it;
+ *   - a dispatch token is free (none while a FLUSH waits or runs, see
+ *     token_limit): the writer holds it while it writes, so the backend
+ *     never sees more than max_writers writers;
+ *   - no other write going around the queue touches its bytes: two
+ *     writes over the same bytes are never on the backend at once;
+ *   - it does not start where one of the last RECENT_ENDS writes ended,
+ *     unless it is max-merge bytes or more: a sequential stream is what
+ *     the queue merges, so from its second write on it is queued.
+ *
+ * What stays true: the write is answered only once it is on the backend
+ * (more than ack=queued promises), so every FLUSH answered after it
+ * covers it; its error is its own answer, not latched; a queued piece
+ * over its bytes waits for it (in_flight_between asks
+ * bypass_overlaps); reads see the backend, as for any write not yet
+ * answered.
+ */
+#include <config.h>
+
+#include <errno.h>
+
+#include "queue_internal.h"
+
+/* Under the lock: whether [start, end) touches a write going around the
+ * queue.
+ */
+bool
+bypass_overlaps (const struct queue *q, uint64_t start, uint64_t end)
+{
+  queue_assert_locked (q);
+  if (q->nr_bypassing == 0)
+    return false;
+  for (unsigned i = 0; i < BYPASS_SLOTS; i++)
+    if (q->bypassing[i].end > start && q->bypassing[i].start < end)
+      return true;
+  return false;
+}
+
+/* Remembers where a write ends, whichever way it goes. */
+void
+note_write_end (struct queue *q, uint64_t end)
+{
+  queue_assert_locked (q);
+  q->recent_ends[q->recent_next++ % RECENT_ENDS] = end;
+}
+
+/* Nothing ends at 0, which is also what a slot not yet used holds. */
+static bool
+continues_recent_write (const struct queue *q, uint64_t offset)
+{
+  if (offset == 0)
+    return false;
+  for (unsigned i = 0; i < RECENT_ENDS; i++)
+    if (q->recent_ends[i] == offset)
+      return true;
+  return false;
+}
+
+static bool
+bypass_allowed (struct queue *q, uint64_t count, uint64_t offset)
+{
+  queue_assert_locked (q);
+  return q->nr_queued == 0 && q->nr_batches == 0
+    && q->nr_bypassing < BYPASS_SLOTS
+    && (count >= q->merge_limit || !continues_recent_write (q, offset))
+    && !bypass_overlaps (q, offset, offset + count)
+    && take_bypass_token (q);
+}
+
+/* Under the lock, with a token: a free slot, holding the range. */
+static unsigned
+claim_slot (struct queue *q, uint64_t count, uint64_t offset)
+{
+  unsigned i = 0;
+
+  queue_assert_locked (q);
+  while (q->bypassing[i].end != 0)
+    i++;
+  q->bypassing[i].start = offset;
+  q->bypassing[i].end = offset + count;
+  q->nr_bypassing++;
+  return i;
+}
+
+static void
+release_slot (struct queue *q, unsigned i)
+{
+  queue_assert_locked (q);
+  q->bypassing[i].start = q->bypassing[i].end = 0;
+  q->nr_bypassing--;
+}
+
+/* The write as one backend operation from the client's buffer, without
+ * the lock.  0 or an errno.
+ */
+static int
+write_around (struct backend *be, const void *buf, uint32_t count,
+              uint64_t offset)
+{
+  struct iovec iov = { .iov_base = (void *) buf, .iov_len = count };
+  struct backend_io io = {
+    .kind = OP_WRITE, .iov = &iov, .iovcnt = 1,
+    .offset = offset, .count = count,
+  };
+
+  if (be->ops->io (be, &io) == -1)
+    return errno ? errno : EIO;
+  return 0;
+}
+
+static void
+count_bypass (struct queue *q, uint32_t count, uint64_t start_ns, int err)
+{
+  struct op_counters *c = &q->stats.op[OP_WRITE];
+  uint64_t took = monotonic_ns () - start_ns;
+
+  queue_assert_locked (q);
+  c->backend_ops++;
+  c->backend_bytes += count;
+  c->ticks_ms_x1000 += took / 1000;
+  q->stats.time_in_queue_us += took / 1000;
+  q->stats.requests_dispatched++;
+  q->stats.bypassed_writes++;
+  latency_record (&q->stats.dispatch_time, took);
+  if (err)
+    c->errors++;
+}
+
+int
+bypass_write (struct queue *q, struct session *s, const void *buf,
+              uint32_t count, uint64_t offset)
+{
+  struct op_counters *c = &q->stats.op[OP_WRITE];
+  uint64_t start_ns;
+  unsigned slot;
+  int err;
+
+  lock_acquire (&q->lock);
+  if (!bypass_allowed (q, count, offset)) {
+    lock_release (&q->lock);
+    return BYPASS_DECLINED;
+  }
+  slot = claim_slot (q, count, offset);
+  error_cursor (q, s);          /* this session now has writes here */
+  note_write_end (q, offset + count);
+  c->requests++;
+  c->request_bytes += count;
+  lock_release (&q->lock);
+
+  start_ns = monotonic_ns ();
+  err = write_around (q->backend, buf, count, offset);
+
+  lock_acquire (&q->lock);
+  count_bypass (q, count, start_ns, err);
+  release_slot (q, slot);
+  release_token (q);
+  return queue_release_answer (q, err);
+}

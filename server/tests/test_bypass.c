@@ -1,0 +1,367 @@
+/* plugq: unit tests for writes that go around the queue
+ * (queue_bypass.c) on a backend that writes to memory.
+ *
+ *  - A write nothing can merge with goes to the backend at once, from
+ *    the request's own thread, even behind an hour's unplug delay, and
+ *    is counted as bypassed.
+ *  - What the queue is for still takes it: the second write of a
+ *    sequential stream (and everything behind it), FUA writes, any
+ *    write while something is queued, every write with bypass=never or
+ *    on a backend that does not write to memory.  A write of max-merge
+ *    bytes or more goes around even when it continues a stream.
+ *  - Ordering: a write over bytes another write is taking around the
+ *    queue waits for it (it is queued, and its batch is not taken until
+ *    the first is written), so the newer data wins.
+ *  - Tokens: no more writers than max_writers; one that finds none free
+ *    is queued instead of waiting.
+ *  - Errors: a failed write around the queue is its own answer and is
+ *    not latched for the next FLUSH.
+ *
+ * A held backend gate keeps a write in the backend as long as a case
+ * needs; every wait is bounded (fixtures.h).
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "fixtures.h"
+#include "queue.h"
+#include "queue_internal.h"
+#include "tap.h"
+#include "test_backends.h"
+
+#define KiB ((uint64_t) 1024)
+#define DISK_SIZE (1024 * KiB)
+#define BLOCK (4 * KiB)
+#define MAX_CALLS 64
+
+/* An hour's plug and a threshold no case reaches: whatever reaches the
+ * backend before a FLUSH went around the queue.
+ */
+static struct queue_config
+bypass_config (bool bypass)
+{
+  struct queue_config cfg = test_config (TEST_HOUR, 1000);
+
+  cfg.bypass = bypass;
+  return cfg;
+}
+
+/* One disk on a backend that writes to memory (unless not_memory), with
+ * max_writers writers.
+ */
+static bool
+rig_start (struct test_rig *r, const struct queue_config *cfg,
+           unsigned writers, bool to_memory)
+{
+  struct test_backend *tb;
+
+  memset (r, 0, sizeof *r);
+  tb = test_rig_backend (r, DISK_SIZE);
+  if (tb == NULL)
+    return false;
+  test_backend_get (tb)->max_writers = writers;
+  if (to_memory)
+    test_backend_set_writes_to_memory (tb);
+  return test_rig_start (r, cfg);
+}
+
+static size_t
+backend_writes (struct test_disk *d, struct tb_call *calls)
+{
+  return test_backend_calls (d->tb, TB_PWRITEV, calls, MAX_CALLS);
+}
+
+/* One block of c at block number i, from this thread. */
+static bool
+write_block (struct queue *q, int c, uint64_t i, unsigned flags)
+{
+  return test_write_fill (q, NULL, c, BLOCK, i * BLOCK, flags) == 0;
+}
+
+/* ------------------------------------------------------------ around */
+
+static void
+test_random_writes_go_around (void)
+{
+  struct queue_config cfg = bypass_config (true);
+  struct tb_call calls[MAX_CALLS];
+  struct test_rig r;
+  struct queue_stats st;
+  bool ok = CHECK (rig_start (&r, &cfg, 1, true));
+  size_t n = 0;
+
+  /* Every other block: none starts where another ended. */
+  for (int i = 0; ok && i < 8; i++)
+    ok = CHECK (write_block (r.d[0].q, 'a' + i, 2 * i, 0));
+  if (ok) {
+    n = backend_writes (&r.d[0], calls);
+    st = test_stats (r.d[0].q);
+    ok = CHECK (n == 8) && CHECK (st.bypassed_writes == 8)
+      && CHECK (st.op[OP_WRITE].requests == 8)
+      && CHECK (st.op[OP_WRITE].backend_ops == 8)
+      && CHECK (st.op[OP_WRITE].merges == 0) && CHECK (st.plugs == 0);
+  }
+  for (size_t i = 0; ok && i < n; i++)
+    ok = CHECK (pthread_equal (calls[i].thread, pthread_self ()))
+      && CHECK (calls[i].offset == 2 * i * BLOCK);
+  for (int i = 0; ok && i < 8; i++)
+    ok = CHECK (test_backend_holds (r.d[0].tb, 'a' + i, BLOCK,
+                                    2 * i * BLOCK));
+  test_rig_stop (&r);
+  tap_ok (ok, "random writes behind an hour's plug go to the backend at"
+          " once from the request thread, unqueued (%zu backend writes)", n);
+}
+
+/* The first write of a stream goes around; from the second on, the
+ * stream is queued and merges as before.
+ */
+static void
+test_stream_is_queued (void)
+{
+  struct queue_config cfg = bypass_config (true);
+  struct tb_call calls[MAX_CALLS];
+  struct test_rig r;
+  struct queue_stats st;
+  bool ok = CHECK (rig_start (&r, &cfg, 1, true));
+  size_t n = 0;
+
+  for (int i = 0; ok && i < 4; i++)
+    ok = CHECK (write_block (r.d[0].q, 'a' + i, i, 0));
+  ok = ok && CHECK (backend_writes (&r.d[0], calls) == 1)
+    && CHECK (queue_flush (r.d[0].q, NULL) == 0);
+  if (ok) {
+    n = backend_writes (&r.d[0], calls);
+    st = test_stats (r.d[0].q);
+    ok = CHECK (n == 2) && CHECK (calls[1].offset == BLOCK)
+      && CHECK (calls[1].count == 3 * BLOCK) && CHECK (calls[1].iovcnt == 3)
+      && CHECK (st.bypassed_writes == 1)
+      && CHECK (st.op[OP_WRITE].merges == 2);
+  }
+  test_rig_stop (&r);
+  tap_ok (ok, "a sequential stream: its first write goes around, the"
+          " next three are queued and go out as one (%zu writes)", n);
+}
+
+/* A write as large as max-merge merges with nothing, stream or not. */
+static void
+test_full_size_writes_go_around (void)
+{
+  struct queue_config cfg = bypass_config (true);
+  struct test_rig r;
+  uint64_t size = 16 * KiB;
+  bool ok;
+
+  cfg.max_merge = size;
+  ok = CHECK (rig_start (&r, &cfg, 1, true));
+  for (int i = 0; ok && i < 4; i++)
+    ok = CHECK (test_write_fill (r.d[0].q, NULL, 'a' + i, size, i * size,
+                                 0) == 0);
+  ok = ok && CHECK (test_backend_count (r.d[0].tb, TB_PWRITEV) == 4)
+    && CHECK (test_stats (r.d[0].q).bypassed_writes == 4);
+  test_rig_stop (&r);
+  tap_ok (ok, "writes of max-merge bytes go around even when they"
+          " continue each other");
+}
+
+/* ------------------------------------------------------------ queued */
+
+static void
+test_fua_is_queued (void)
+{
+  struct queue_config cfg = bypass_config (true);
+  struct test_rig r;
+  struct queue_stats st;
+  bool ok = CHECK (rig_start (&r, &cfg, 1, true))
+    && CHECK (write_block (r.d[0].q, 'f', 3, REQ_FUA));
+
+  if (ok) {
+    st = test_stats (r.d[0].q);
+    ok = CHECK (st.bypassed_writes == 0) && CHECK (st.fua_requests == 1)
+      && CHECK (test_backend_count (r.d[0].tb, TB_FLUSH) == 1)
+      && CHECK (test_backend_holds (r.d[0].tb, 'f', BLOCK, 3 * BLOCK));
+  }
+  test_rig_stop (&r);
+  tap_ok (ok, "a FUA write takes the queue and its flush");
+}
+
+/* With the stream's second write queued, a random write is queued too:
+ * nothing goes around a non-empty queue.
+ */
+static void
+test_nothing_around_a_queue (void)
+{
+  struct queue_config cfg = bypass_config (true);
+  struct test_rig r;
+  bool ok = CHECK (rig_start (&r, &cfg, 1, true))
+    && CHECK (write_block (r.d[0].q, 'a', 0, 0))
+    && CHECK (write_block (r.d[0].q, 'b', 1, 0))
+    && CHECK (write_block (r.d[0].q, 'c', 100, 0));
+
+  ok = ok && CHECK (test_backend_count (r.d[0].tb, TB_PWRITEV) == 1)
+    && CHECK (test_stats (r.d[0].q).bypassed_writes == 1)
+    && CHECK (test_queue_reads_as (r.d[0].q, 'c', BLOCK, 100 * BLOCK));
+  test_rig_stop (&r);
+  tap_ok (ok, "while anything is queued, every write is queued");
+}
+
+/* bypass=never, and a backend that does not write to memory. */
+static void
+test_bypass_off (bool bypass, bool to_memory, const char *what)
+{
+  struct queue_config cfg = bypass_config (bypass);
+  struct test_rig r;
+  bool ok = CHECK (rig_start (&r, &cfg, 1, to_memory))
+    && CHECK (write_block (r.d[0].q, 'a', 10, 0));
+
+  ok = ok && CHECK (test_backend_count (r.d[0].tb, TB_PWRITEV) == 0)
+    && CHECK (test_stats (r.d[0].q).bypassed_writes == 0)
+    && CHECK (queue_flush (r.d[0].q, NULL) == 0)
+    && CHECK (test_backend_holds (r.d[0].tb, 'a', BLOCK, 10 * BLOCK));
+  test_rig_stop (&r);
+  tap_ok (ok, "%s: a random write is queued", what);
+}
+
+/* ------------------------------------------------------------ ordering */
+
+/* Write a goes around and is held in the backend; write b over the same
+ * bytes cannot go around it, is queued and unplugs at once
+ * (unplug-thresh=1), and a second token is free to send it: it must
+ * still wait until a is written, so b lands second and wins.
+ */
+static void
+test_overlapping_write_waits (void)
+{
+  struct queue_config cfg = bypass_config (true);
+  struct test_write_job ja = { NULL, 'a', BLOCK, 5 * BLOCK, 0 };
+  struct test_write_job jb = { NULL, 'b', BLOCK, 5 * BLOCK, 0 };
+  struct test_thread ta = TEST_THREAD_INIT, tb = TEST_THREAD_INIT;
+  struct test_rig r;
+  bool ok;
+
+  cfg.unplug_thresh = 1;
+  ok = CHECK (rig_start (&r, &cfg, 2, true));
+  ja.q = jb.q = r.d[0].q;
+  if (ok) {
+    test_backend_block (r.d[0].tb, TB_PWRITEV);
+    ok = CHECK (test_thread_start (&ta, test_write_job_run, &ja) == 0)
+      && CHECK (test_backend_wait_entered (r.d[0].tb, TB_PWRITEV, 1))
+      && CHECK (test_thread_start (&tb, test_write_job_run, &jb) == 0)
+      /* b is answered once queued, unless it was sent at once. */
+      && CHECK (TEST_WAIT_FOR (test_thread_done (&tb)
+                               || test_backend_entered (r.d[0].tb,
+                                                        TB_PWRITEV) > 1))
+      && CHECK (test_backend_entered (r.d[0].tb, TB_PWRITEV) == 1)
+      && CHECK (test_stats (r.d[0].q).queued_requests == 1);
+  }
+  test_backend_release (r.d[0].tb, TB_PWRITEV);
+  ok = ok && CHECK (test_thread_wait (&ta)) && CHECK (ta.result == 0)
+    && CHECK (test_thread_wait (&tb)) && CHECK (tb.result == 0)
+    && CHECK (queue_flush (r.d[0].q, NULL) == 0)
+    && CHECK (test_backend_count (r.d[0].tb, TB_PWRITEV) == 2)
+    && CHECK (test_backend_holds (r.d[0].tb, 'b', BLOCK, 5 * BLOCK))
+    && CHECK (test_stats (r.d[0].q).bypassed_writes == 1);
+  test_thread_join (&ta);
+  test_thread_join (&tb);
+  test_rig_stop (&r);
+  tap_ok (ok, "a write over bytes going around the queue is queued and"
+          " goes out only after them: the newer data wins");
+}
+
+/* ------------------------------------------------------------ tokens */
+
+/* Two writers held in the backend take both tokens; a third write finds
+ * none, is queued and answered without waiting for them.
+ */
+static void
+test_no_token_means_queued (void)
+{
+  struct queue_config cfg = bypass_config (true);
+  struct test_write_job j[3];
+  struct test_thread t[3] = { TEST_THREAD_INIT, TEST_THREAD_INIT,
+                              TEST_THREAD_INIT };
+  struct test_rig r;
+  struct queue_stats st;
+  bool ok = CHECK (rig_start (&r, &cfg, 2, true));
+
+  for (int i = 0; i < 3; i++)
+    j[i] = (struct test_write_job) { r.d[0].q, 'a' + i, BLOCK,
+                                     (uint64_t) i * 4 * BLOCK, 0 };
+  if (ok)
+    test_backend_block (r.d[0].tb, TB_PWRITEV);
+  for (int i = 0; ok && i < 2; i++)
+    ok = CHECK (test_thread_start (&t[i], test_write_job_run, &j[i]) == 0)
+      && CHECK (test_backend_wait_entered (r.d[0].tb, TB_PWRITEV, i + 1));
+  ok = ok && CHECK (test_thread_start (&t[2], test_write_job_run, &j[2]) == 0)
+    && CHECK (test_thread_wait (&t[2])) && CHECK (t[2].result == 0);
+  if (ok) {
+    st = test_stats (r.d[0].q);
+    ok = CHECK (st.queued_requests == 1)
+      && CHECK (test_backend_entered (r.d[0].tb, TB_PWRITEV) == 2);
+  }
+  test_backend_release (r.d[0].tb, TB_PWRITEV);
+  for (int i = 0; i < 2; i++) {
+    ok = ok && CHECK (test_thread_wait (&t[i])) && CHECK (t[i].result == 0);
+    test_thread_join (&t[i]);
+  }
+  test_thread_join (&t[2]);
+  ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0)
+    && CHECK (test_stats (r.d[0].q).bypassed_writes == 2);
+  for (int i = 0; ok && i < 3; i++)
+    ok = CHECK (test_backend_holds (r.d[0].tb, 'a' + i, BLOCK,
+                                    (uint64_t) i * 4 * BLOCK));
+  test_rig_stop (&r);
+  tap_ok (ok, "max_writers writes around the queue at most; the next is"
+          " queued and answered at once");
+}
+
+/* ------------------------------------------------------------ errors */
+
+static void
+test_error_is_the_answer (void)
+{
+  struct queue_config cfg = bypass_config (true);
+  struct test_rig r;
+  struct queue_stats st;
+  bool ok = CHECK (rig_start (&r, &cfg, 1, true));
+  int err = 0;
+
+  if (ok) {
+    test_backend_fail (r.d[0].tb, TB_PWRITEV, 1, EIO);
+    ok = CHECK (!write_block (r.d[0].q, 'a', 7, 0));
+    err = errno;
+  }
+  ok = ok && CHECK (err == EIO) && CHECK (queue_flush (r.d[0].q, NULL) == 0);
+  if (ok) {
+    st = test_stats (r.d[0].q);
+    ok = CHECK (st.latched_errors == 0)
+      && CHECK (st.op[OP_WRITE].errors == 1)
+      && CHECK (st.bypassed_writes == 1);
+  }
+  test_rig_stop (&r);
+  tap_ok (ok, "a failed write around the queue fails its own request,"
+          " and the next FLUSH does not report it again");
+}
+
+int
+main (void)
+{
+  tap_plan (10);
+  test_random_writes_go_around ();
+  test_stream_is_queued ();
+  test_full_size_writes_go_around ();
+  test_fua_is_queued ();
+  test_nothing_around_a_queue ();
+  test_bypass_off (false, true, "bypass=never");
+  test_bypass_off (true, false, "a backend that does not write to memory");
+  test_overlapping_write_waits ();
+  test_no_token_means_queued ();
+  test_error_is_the_answer ();
+  return tap_done ();
+}
