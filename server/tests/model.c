@@ -834,6 +834,13 @@ harness_params_choose_all (struct harness_params *p, struct byte_source *src)
   /* A small disk: more overlaps per op, and more execs per second. */
   choose_params (p, src, b & 1 ? &elevator_noop : &elevator_deadline,
                  b & 2 ? ACK_DISPATCHED : ACK_QUEUED, 64 * KiB);
+  /* One input in eight writes a stream through stripes, which on an
+   * asynchronous backend holds waiting writes behind the lane's own
+   * writes in flight.  Bits of the first byte that the hand-made inputs
+   * of the corpus leave clear, so they keep their meaning.
+   */
+  if ((b & 0x1c) == 0x1c)
+    p->stripe = PICK_INDEX (stripe_choices, b >> 5);
 }
 
 static const char *
