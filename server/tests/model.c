@@ -886,7 +886,8 @@ harness_params_format (const struct harness_params *p, char *buf,
             "%s ack=%s thresh=%" PRIu32 " delay=%s max-merge=%s"
             " queue-bytes=%s queue-requests=%" PRIu32 " expire=%s"
             " disk=%" PRIu64 " lanes=%u"
-            " trim=%s fast-zero=%s max-write=%s max-iov=%d minimum=%" PRIu32
+            " backend=%s trim=%s fast-zero=%s max-write=%s max-iov=%d"
+            " minimum=%" PRIu32
             " min-block=%" PRIu32 " async=%u%s%s writers=%u stripe=%s",
             c->elevator->name,
             c->ack == ACK_QUEUED ? "queued" : "dispatched",
@@ -896,7 +897,9 @@ harness_params_format (const struct harness_params *p, char *buf,
             human_bytes (c->queue_bytes, b[2], sizeof b[2]),
             c->queue_requests,
             human_ns (c->write_expire_ns, b[3], sizeof b[3]),
-            p->disk_size, p->lanes, trims[p->backend.trim],
+            p->disk_size, p->lanes,
+            p->backend.name ? p->backend.name : "memory",
+            trims[p->backend.trim],
             p->backend.no_fast_zero ? "no" : "yes",
             p->backend.max_write
             ? human_bytes (p->backend.max_write, b[4], sizeof b[4]) : "own",
@@ -981,10 +984,11 @@ fail (struct harness *h, unsigned lane, size_t op_index,
 /* ------------------------------------------------------------ backend */
 
 /* The test backend (test_backends.h) wrapped around the memory backend
- * gives the queue the backend properties this run asks for and checks
- * every call against the backend contract as it happens; in async mode
- * it plays a backend with its own threads (like nbd) that completes
- * operations out of order and late.
+ * (or the backend the run opens) gives the queue the backend properties
+ * this run asks for and checks every call against the backend contract
+ * as it happens; in async mode it plays a backend with its own threads
+ * (like nbd) that completes operations out of order and late, unless the
+ * inner backend has threads of its own.
  */
 #define BACKEND_WORKERS 2
 
@@ -1024,11 +1028,68 @@ shape_backend (struct backend *b, const struct backend_params *bp)
     b->limits.maximum = MIN (b->limits.maximum, b->max_write);
 }
 
+/* The test backend over a memory backend, or over the one the run
+ * opens; NULL after a setup fault.
+ */
+static struct test_backend *
+wrapped_backend (struct harness *h)
+{
+  const struct backend_params *bp = &h->p.backend;
+  struct test_backend *tb;
+  const struct backend *b;
+
+  if (bp->open == NULL)
+    tb = test_backend_new (h->p.disk_size);
+  else
+    tb = test_backend_wrap (bp->open (bp->open_arg));
+  if (tb == NULL) {
+    fail (h, 0, 0, FAULT_SETUP, "test backend over %s: %m",
+          bp->name ? bp->name : "memory");
+    return NULL;
+  }
+  b = test_backend_get (tb);
+  /* The wrapper's record of changed bytes cannot read an inner backend
+   * from the inner backend's own thread (test_backend_wrap).
+   */
+  if (b->size != h->p.disk_size
+      || (backend_is_async (b) && (bp->min_block || bp->writers > 1))) {
+    fail (h, 0, 0, FAULT_SETUP, "%s: %" PRIu64 " bytes, asynchronous: %s;"
+          " the run wants %" PRIu64 " bytes, min-block %" PRIu32
+          ", writers %u", b->description, b->size,
+          backend_is_async (b) ? "yes" : "no", h->p.disk_size,
+          bp->min_block, bp->writers);
+    backend_close (test_backend_get (tb));
+    return NULL;
+  }
+  return tb;
+}
+
+/* Asynchronous as the run asks: an inner backend with threads of its
+ * own is already, and keeps its FUA only if the run wants FUA carried.
+ */
+static int
+make_async (struct test_backend *tb, const struct backend_params *bp)
+{
+  struct backend *b = test_backend_get (tb);
+
+  if (backend_is_async (b)) {
+    b->can_fua &= bp->fua;
+    return 0;
+  }
+  if (bp->async == 0)
+    return 0;
+  if (test_backend_set_async_workers (tb, bp->async, BACKEND_WORKERS) == -1)
+    return -1;
+  if (bp->fua)
+    test_backend_set_fua (tb);
+  return 0;
+}
+
 static struct test_backend *
 backend_new (struct harness *h)
 {
   const struct backend_params *bp = &h->p.backend;
-  struct test_backend *tb = test_backend_new (h->p.disk_size);
+  struct test_backend *tb = wrapped_backend (h);
   struct backend *b;
   struct tb_contract c = {
     .no_merging = h->p.config.unplug_thresh <= 1,
@@ -1043,13 +1104,10 @@ backend_new (struct harness *h)
   c.merge_limit = MIN (h->p.config.max_merge,
                        b->max_write ? b->max_write : UINT64_MAX);
   if (test_backend_check_contract (tb, &c) == -1
-      || (bp->async && test_backend_set_async_workers (tb, bp->async,
-                                                       BACKEND_WORKERS) == -1)) {
+      || make_async (tb, bp) == -1) {
     backend_close (b);
     return NULL;
   }
-  if (bp->async && bp->fua)
-    test_backend_set_fua (tb);
   if (!bp->steady)
     test_backend_jitter (tb, h->p.disk_size ^ h->p.config.unplug_thresh);
   return tb;
@@ -1960,10 +2018,63 @@ run_end (struct harness *h, FILE *report)
   harness_finish (h);
   r.fault = harness_fault (h, NULL, &r.op_index);
   r.ops_applied = h->lane[0].nr_ops;
+  harness_queue_stats (h, &r.stats);
+  r.max_flush_ns = harness_max_flush_ns (h);
   if (r.fault != FAULT_NONE && report)
     harness_report (h, report, 40);
   harness_free (h);
   return r;
+}
+
+struct lane_job {
+  struct harness *h;
+  unsigned lane;
+  uint64_t seed;
+  size_t max_ops;
+};
+
+static void *
+lane_main (void *arg)
+{
+  struct lane_job *job = arg;
+  struct op_generator gen;
+  struct byte_source src;
+  struct model_op op;
+
+  byte_source_seed (&src, job->seed * 64 + job->lane);
+  harness_lane_generator (job->h, job->lane, &gen);
+  for (size_t i = 0; i < job->max_ops && !harness_failed (job->h); i++)
+    if (!op_generator_next (&gen, &src, &op)
+        || !harness_apply (job->h, job->lane, &op))
+      break;
+  return NULL;
+}
+
+struct run_result
+run_threaded (const struct harness_params *p, uint64_t seed, size_t max_ops,
+              FILE *report)
+{
+  struct lane_job jobs[HARNESS_MAX_LANES];
+  pthread_t threads[HARNESS_MAX_LANES];
+  struct harness *h = harness_new (p);
+  unsigned started = 0;
+
+  if (h == NULL)
+    return run_end (h, report);
+  for (; !harness_failed (h) && started < h->nr_lanes; started++) {
+    jobs[started] = (struct lane_job) {
+      .h = h, .lane = started, .seed = seed, .max_ops = max_ops,
+    };
+    if (pthread_create (&threads[started], NULL, lane_main,
+                        &jobs[started]) != 0) {
+      fail (h, started, 0, FAULT_SETUP, "pthread_create failed");
+      break;
+    }
+  }
+  for (unsigned i = 0; i < started; i++)
+    pthread_join (threads[i], NULL);
+  harness_flush_all (h);
+  return run_end (h, report);
 }
 
 struct run_result

@@ -211,9 +211,19 @@ bool op_generator_next (struct op_generator *, struct byte_source *,
 /* ------------------------------------------------------------ harness */
 
 /* How the test backend wrapped around the memory backend behaves, so one
- * run can stand in for a file or NBD backend's properties.
+ * run can stand in for a file or NBD backend's properties; or which real
+ * backend it wraps instead.
  */
 struct backend_params {
+  /* NULL: a memory backend of disk_size.  Else opens, for each run, the
+   * backend to wrap (test_backend_wrap): disk_size bytes that read as
+   * zeroes, durably.  One with threads of its own (rbd) takes the
+   * queue's operations as they are, with FUA only if fua, and async,
+   * min_block and writers do not apply.
+   */
+  struct backend *(*open) (void *arg);
+  void *open_arg;
+  const char *name;             /* what open opens, in reports */
   enum tb_trim trim;
   bool no_fast_zero;            /* clear can_fast_zero */
   uint32_t max_write;           /* 0: the memory backend's own */
@@ -354,7 +364,9 @@ extern _Atomic uint64_t harness_progress;
 struct run_result {
   enum harness_fault fault;
   size_t op_index;              /* SIZE_MAX: at finish */
-  size_t ops_applied;
+  size_t ops_applied;           /* by lane 0 */
+  struct queue_stats stats;     /* the queue's counters at the end */
+  uint64_t max_flush_ns;        /* the slowest FLUSH */
 };
 
 /* One lane, ops from src until max_ops or the source runs out.  With
@@ -363,6 +375,13 @@ struct run_result {
 struct run_result run_from_source (const struct harness_params *,
                                    struct byte_source *, size_t max_ops,
                                    uint64_t max_sleep_us, FILE *report);
+
+/* p->lanes clients at once, one thread each: lane i's ops come from a
+ * PRNG seeded with seed * 64 + i, max_ops of them; then a FLUSH on lane
+ * 0, after which every lane's data must be durable, and the drain.
+ */
+struct run_result run_threaded (const struct harness_params *,
+                                uint64_t seed, size_t max_ops, FILE *report);
 
 /* One lane, exactly these ops. */
 struct run_result run_ops (const struct harness_params *,

@@ -440,77 +440,35 @@ run_scenario (const struct scenario *sc)
 
 /* ------------------------------------------------------------ threads */
 
-struct lane_job {
-  struct harness *h;
-  unsigned lane;
-  uint64_t seed;
-};
-
-static void *
-lane_main (void *arg)
-{
-  struct lane_job *job = arg;
-  struct op_generator gen;
-  struct byte_source src;
-  struct model_op op;
-
-  byte_source_seed (&src, job->seed * 64 + job->lane);
-  harness_lane_generator (job->h, job->lane, &gen);
-  for (uint64_t i = 0; i < opt.ops && !harness_failed (job->h); i++)
-    if (!op_generator_next (&gen, &src, &op)
-        || !harness_apply (job->h, job->lane, &op))
-      break;
-  return NULL;
-}
-
 /* FLUSH latency while other clients keep writing: reported, not
  * judged, because it depends on the machine's load.
  */
 static uint64_t threaded_flush_ns_max;
 
-/* p->lanes clients at once, one thread each, then a FLUSH and the
- * drain; the queue's counters in *st.  On failure the report names the
- * run as `what`.
+/* p->lanes clients at once (run_threaded); the queue's counters in *st.
+ * On failure the report names the run as `what`.
  */
 static bool
 run_lanes (const struct harness_params *p, const char *what, uint64_t seed,
            struct queue_stats *st)
 {
-  struct lane_job jobs[HARNESS_MAX_LANES];
-  pthread_t threads[HARNESS_MAX_LANES];
-  struct harness *h;
-  bool ok;
+  struct run_result r;
 
   watch ("%s seed %" PRIu64, what, seed);
-  if ((h = harness_new (p)) == NULL)
-    return false;
-  for (unsigned i = 0; i < p->lanes; i++) {
-    jobs[i] = (struct lane_job) { .h = h, .lane = i, .seed = seed };
-    if (pthread_create (&threads[i], NULL, lane_main, &jobs[i]) != 0) {
-      perror ("pthread_create");
-      exit (EXIT_FAILURE);
-    }
-  }
-  for (unsigned i = 0; i < p->lanes; i++)
-    pthread_join (threads[i], NULL);
-  if (harness_max_flush_ns (h) > threaded_flush_ns_max)
-    threaded_flush_ns_max = harness_max_flush_ns (h);
-  ok = harness_flush_all (h);
-  ok = harness_finish (h) && ok;
-  harness_queue_stats (h, st);
-  if (!ok) {
-    printf ("# %s seed %" PRIu64 " failed\n", what, seed);
-    harness_report (h, stdout, REPORT_OPS);
-  }
-  harness_free (h);
-  return ok;
+  r = run_threaded (p, seed, opt.ops, stdout);
+  if (r.max_flush_ns > threaded_flush_ns_max)
+    threaded_flush_ns_max = r.max_flush_ns;
+  *st = r.stats;
+  if (r.fault != FAULT_NONE)
+    printf ("# (that was %s seed %" PRIu64 ")\n", what, seed);
+  return r.fault == FAULT_NONE;
 }
 
 /* THREAD_LANES clients at once, each in its own region, so each one's
  * model stays exact while the queue interleaves them.
  */
 static bool
-run_threaded (const struct group *g, uint64_t seed)
+run_threaded_seed (const struct group *g, uint64_t seed)
 {
   struct harness_params p;
   struct byte_source src;
@@ -532,7 +490,7 @@ run_threaded_group (const struct group *g)
 
   threaded_flush_ns_max = 0;
   for (uint64_t s = first; s < last; s++)
-    if (!run_threaded (g, s)) {
+    if (!run_threaded_seed (g, s)) {
       failed = s;
       break;
     }
