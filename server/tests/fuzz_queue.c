@@ -7,9 +7,14 @@
  * without clang with
  *   PLUGQ_MODEL_INPUT=crash-... PLUGQ_MODEL_VERBOSE=1 server/tests/test_model
  *
+ * An input whose first byte has bits 2-4 set writes an ascending stream
+ * through stripes of the disk (harness_params.stripe), with the other
+ * ops inside one stripe each.
+ *
  * Seed corpus: server/tests/fuzz-corpus/ (hand-made op sequences named
  * after what they exercise, plus 4 KiB of random bytes, which also lets
- * libFuzzer grow inputs to about 300 ops).  In CI, with a scratch copy
+ * libFuzzer grow inputs to about 300 ops, and 2 KiB of them that make a
+ * striped stream on an asynchronous backend with FUA).  In CI, with a scratch copy
  * of the corpus so the tree stays clean:
  *   cp -r server/tests/fuzz-corpus /tmp/corpus
  *   server/tests/fuzz_queue -max_total_time=30 -max_len=4096 -timeout=20 \

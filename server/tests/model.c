@@ -430,11 +430,12 @@ gen_prev (const struct op_generator *g)
   return g->nr_recent ? &g->recent[g->newest] : NULL;
 }
 
+/* A length for an op of kind inside [lo, hi). */
 static uint64_t
 choose_length (struct op_generator *g, struct byte_source *src,
-               enum model_op_kind kind)
+               enum model_op_kind kind, uint64_t lo, uint64_t hi)
 {
-  uint64_t span = g->hi - g->lo;
+  uint64_t span = hi - lo;
   bool bulk = kind == MOP_ZERO || kind == MOP_TRIM || kind == MOP_EXTENTS
     || kind == MOP_CACHE;
   uint64_t cap = bulk ? span : MIN (span, g->max_io);
@@ -455,14 +456,18 @@ choose_length (struct op_generator *g, struct byte_source *src,
   return MIN (len, cap);
 }
 
+/* Where an op of len bytes starts inside [lo, hi).  Recent ops may lie
+ * elsewhere (in other stripes): offsets taken from them are clamped.
+ */
 static uint64_t
-choose_offset (struct op_generator *g, struct byte_source *src, uint64_t len)
+choose_offset (struct op_generator *g, struct byte_source *src, uint64_t len,
+               uint64_t lo, uint64_t hi)
 {
   const struct gen_range *prev = gen_prev (g);
   uint8_t mode = byte_source_u8 (src);
   uint8_t align_mode = mode >> 3;
   uint32_t r = byte_source_u32 (src);
-  uint64_t room = g->hi - g->lo - len;   /* len <= the region */
+  uint64_t room = hi - lo - len;        /* len <= the region */
   uint64_t off;
   bool align = false;
 
@@ -470,26 +475,29 @@ choose_offset (struct op_generator *g, struct byte_source *src, uint64_t len)
     mode = 0;
   switch (mode & 7) {
   case 0:                       /* anywhere */
-    off = g->lo + r % (room + 1);
+    off = lo + r % (room + 1);
     align = true;
     break;
   case 1:                       /* right after the previous op */
     off = prev->offset + prev->count;
     break;
   case 2:                       /* right before it */
-    off = prev->offset >= g->lo + len ? prev->offset - len : g->lo;
+    off = prev->offset >= lo + len ? prev->offset - len : lo;
     break;
   case 3:                       /* starting inside it */
     off = prev->offset + r % prev->count;
     break;
   case 4:                       /* the last bytes of the region */
-    off = g->hi - len;
+    off = hi - len;
     break;
   case 5: {                     /* overlapping a recent op */
     const struct gen_range *o = &g->recent[r % g->nr_recent];
-    uint64_t from = o->offset > g->lo + len - 1 ? o->offset - (len - 1)
-      : g->lo;
-    off = from + byte_source_u32 (src) % (o->offset + o->count - from);
+    uint64_t from = o->offset > lo + len - 1 ? o->offset - (len - 1) : lo;
+    uint64_t reach = o->offset + o->count;
+    uint32_t r2 = byte_source_u32 (src);
+
+    /* One wholly below [lo, hi) reaches no start inside it. */
+    off = reach > from ? from + r2 % (reach - from) : lo;
     align = (r & 0x100) != 0;
     break;
   }
@@ -497,17 +505,17 @@ choose_offset (struct op_generator *g, struct byte_source *src, uint64_t len)
     off = prev->offset;
     break;
   default:                      /* near the start */
-    off = g->lo + r % (8 * KiB);
+    off = lo + r % (8 * KiB);
     align = true;
   }
   if (align && align_mode % 4 == 0)
     off &= ~(uint64_t) (4 * KiB - 1);
   else if (align && align_mode % 4 == 1)
     off &= ~(uint64_t) 511;
-  if (off < g->lo)
-    off = g->lo;
-  if (off > g->hi - len)
-    off = g->hi - len;
+  if (off < lo)
+    off = lo;
+  if (off > hi - len)
+    off = hi - len;
   return off;
 }
 
@@ -515,7 +523,8 @@ choose_offset (struct op_generator *g, struct byte_source *src, uint64_t len)
  * and the queue must refuse those without touching anything.
  */
 static void
-apply_alignment (struct op_generator *g, uint8_t b, struct model_op *op)
+apply_alignment (struct op_generator *g, uint8_t b, struct model_op *op,
+                 uint64_t lo, uint64_t hi)
 {
   uint64_t a = g->align;
 
@@ -523,10 +532,10 @@ apply_alignment (struct op_generator *g, uint8_t b, struct model_op *op)
     return;
   op->offset &= ~(a - 1);
   op->count = (op->count + a - 1) & ~(a - 1);
-  if (op->count > g->hi - g->lo)
-    op->count = (g->hi - g->lo) & ~(a - 1);
-  if (op->offset + op->count > g->hi)
-    op->offset = (g->hi - op->count) & ~(a - 1);
+  if (op->count > hi - lo)
+    op->count = (hi - lo) & ~(a - 1);
+  if (op->offset + op->count > hi)
+    op->offset = (hi - op->count) & ~(a - 1);
 }
 
 static void
@@ -539,14 +548,147 @@ remember (struct op_generator *g, const struct model_op *op)
     g->nr_recent++;
 }
 
+/* ------------------------------------------------------------ stripes */
+
+/* Of every 256 ops of a striped generator, this many carry its stream
+ * on (with fewer, lanes drift apart and seldom continue each other's
+ * writes in flight); the rest are of every kind, inside one of its
+ * stripes.
+ */
+#define STREAM_SHARE 208
+
+uint64_t
+stripe_of (uint64_t lo, uint64_t hi, uint64_t stripe, uint64_t pos,
+           uint64_t *start, uint64_t *end)
+{
+  uint64_t k = (pos - lo) / stripe;
+
+  *start = lo + k * stripe;
+  *end = MIN (*start + stripe, hi);
+  return k;
+}
+
+/* How many stripes of [lo, hi) the generator owns: its rows. */
+static uint64_t
+own_rows (const struct op_generator *g)
+{
+  uint64_t stripes = (g->hi - g->lo + g->stripe - 1) / g->stripe;
+
+  if (stripes <= g->stripe_first)
+    return 0;
+  return (stripes - g->stripe_first + g->stripe_step - 1) / g->stripe_step;
+}
+
+/* Where the generator's stripe in row (counted without wrapping) starts. */
+static uint64_t
+row_start (const struct op_generator *g, uint64_t row)
+{
+  uint64_t k = g->stripe_first + row % own_rows (g) * g->stripe_step;
+
+  return g->lo + k * g->stripe;
+}
+
+/* The stream starts a stripe: the one in row, or in the furthest row
+ * another lane's stream began, so that neighbouring lanes write
+ * neighbouring stripes at the same time.
+ */
+static void
+stream_begin_stripe (struct op_generator *g, uint64_t row)
+{
+  if (g->front) {
+    uint64_t front = atomic_load (g->front);
+
+    while (front < row
+           && !atomic_compare_exchange_weak (g->front, &front, row))
+      ;
+    row = MAX (row, front);
+  }
+  g->stream_row = row;
+  g->stream_pos = row_start (g, row);
+}
+
+void
+op_generator_stripes (struct op_generator *g, uint64_t stripe,
+                      unsigned first, unsigned step, _Atomic uint64_t *front)
+{
+  g->stripe = stripe;
+  g->stripe_first = first;
+  g->stripe_step = MAX (step, 1u);
+  g->front = front;
+  /* A generator that owns no stripe stays unstriped: its region holds
+   * nothing of its own to write.
+   */
+  if (own_rows (g) == 0) {
+    g->stripe = 0;
+    return;
+  }
+  g->stream_row = 0;
+  g->stream_pos = row_start (g, 0);
+}
+
+/* The next write of the stream: the rest of its stripe half the time,
+ * so that the next lane's stripe continues it, else a piece of it.  Half
+ * are FUA: with ack=queued those are the writers that wait.
+ */
+static void
+stream_write (struct op_generator *g, struct byte_source *src,
+              struct model_op *op)
+{
+  uint8_t b = byte_source_u8 (src);
+  uint32_t r = byte_source_u32 (src);
+  uint64_t a = g->align, start, end, rest, len;
+
+  stripe_of (g->lo, g->hi, g->stripe, g->stream_pos, &start, &end);
+  rest = end - g->stream_pos;
+  switch (b & 3) {
+  case 2: len = MIN (rest, 4 * KiB * (1 + r % 4)); break;
+  case 3: len = 1 + r % rest; break;
+  default: len = rest;
+  }
+  /* The stream keeps to the minimum block size: refused requests are
+   * the other ops' business.
+   */
+  if (a > 1)
+    len = MIN ((len + a - 1) & ~(a - 1), rest);
+  len = MIN (len, g->max_io);
+  op->kind = MOP_WRITE;
+  op->flags = b & 4 ? REQ_FUA : 0;
+  op->offset = g->stream_pos;
+  op->count = len;
+  g->stream_pos += len;
+  if (g->stream_pos == end)
+    stream_begin_stripe (g, g->stream_row + 1);
+}
+
+/* The stripe a striped generator's next op stays inside: half the time
+ * the stream's, where writes are queued and in flight, else any of its
+ * own.
+ */
+static void
+choose_stripe (struct op_generator *g, struct byte_source *src,
+               uint64_t *lo, uint64_t *hi)
+{
+  uint8_t b = byte_source_u8 (src);
+  uint32_t r = byte_source_u32 (src);
+  uint64_t at = b & 1 ? g->stream_pos : row_start (g, r);
+
+  stripe_of (g->lo, g->hi, g->stripe, at, lo, hi);
+}
+
 bool
 op_generator_next (struct op_generator *g, struct byte_source *src,
                    struct model_op *op)
 {
   static const uint64_t sleeps[] = { 0, 50, 200, 1000, 4000 };
+  uint64_t lo = g->lo, hi = g->hi;
   unsigned forced;
 
   *op = (struct model_op) { .tag = g->next_tag++ };
+  if (g->stripe && byte_source_u8 (src) < STREAM_SHARE) {
+    stream_write (g, src, op);
+    remember (g, op);
+    return !src->exhausted;
+  }
   op->kind = choose_kind (byte_source_u8 (src), &forced);
   op->flags = choose_flags (op->kind, byte_source_u8 (src)) | forced;
   switch (op->kind) {
@@ -556,9 +698,11 @@ op_generator_next (struct op_generator *g, struct byte_source *src,
     op->count = MIN (sleeps[byte_source_u8 (src) % 5], g->max_sleep_us);
     break;
   default:
-    op->count = choose_length (g, src, op->kind);
-    op->offset = choose_offset (g, src, op->count);
-    apply_alignment (g, byte_source_u8 (src), op);
+    if (g->stripe)
+      choose_stripe (g, src, &lo, &hi);
+    op->count = choose_length (g, src, op->kind, lo, hi);
+    op->offset = choose_offset (g, src, op->count, lo, hi);
+    apply_alignment (g, byte_source_u8 (src), op, lo, hi);
     /* Now and then a request that runs past the end of the disk: the
      * queue must refuse it whole.
      */
@@ -662,6 +806,35 @@ harness_params_choose (struct harness_params *p, struct byte_source *src,
   choose_params (p, src, elevator, ack, 1 * MiB);
 }
 
+static const uint64_t stripe_choices[] = { 4 * KiB, 8 * KiB, 16 * KiB };
+/* Room for STREAM_BATCHES batches of the stream and more. */
+static const unsigned stream_async_choices[] = { 8, 16, 32 };
+
+void
+harness_params_choose_striped (struct harness_params *p,
+                               struct byte_source *src,
+                               const struct elevator_ops *elevator,
+                               enum ack_mode ack, unsigned lanes)
+{
+  struct queue_config *c = &p->config;
+
+  /* A small disk: the streams wrap often and run over their own writes
+   * still queued or in flight.
+   */
+  choose_params (p, src, elevator, ack, 256 * KiB);
+  p->lanes = lanes;
+  p->stripe = PICK (src, stripe_choices);
+  /* A queue of 2 requests never sends STREAM_BATCHES batches of a
+   * stream at once, and stripes cannot merge beyond a max-merge of one.
+   */
+  c->queue_requests = MAX (c->queue_requests, 8u);
+  c->max_merge = MAX (c->max_merge, 64 * KiB);
+  p->backend.async = PICK (src, stream_async_choices);
+  p->backend.fua = byte_source_u8 (src) & 1;
+  p->backend.writers = 0;
+  p->backend.writes_to_memory = false;      /* synchronous backends only */
+}
+
 void
 harness_params_choose_all (struct harness_params *p, struct byte_source *src)
 {
@@ -670,6 +843,13 @@ harness_params_choose_all (struct harness_params *p, struct byte_source *src)
   /* A small disk: more overlaps per op, and more execs per second. */
   choose_params (p, src, b & 1 ? &elevator_noop : &elevator_deadline,
                  b & 2 ? ACK_DISPATCHED : ACK_QUEUED, 64 * KiB);
+  /* One input in eight writes a stream through stripes, which on an
+   * asynchronous backend holds waiting writes behind the lane's own
+   * writes in flight.  Bits of the first byte that the hand-made inputs
+   * of the corpus leave clear, so they keep their meaning.
+   */
+  if ((b & 0x1c) == 0x1c)
+    p->stripe = PICK_INDEX (stripe_choices, b >> 5);
 }
 
 static const char *
@@ -715,8 +895,9 @@ harness_params_format (const struct harness_params *p, char *buf,
             "%s ack=%s thresh=%" PRIu32 " delay=%s max-merge=%s"
             " queue-bytes=%s queue-requests=%" PRIu32 " expire=%s"
             " disk=%" PRIu64 " lanes=%u"
-            " trim=%s fast-zero=%s max-write=%s max-iov=%d minimum=%" PRIu32
-            " min-block=%" PRIu32 " async=%u%s writers=%u%s%s",
+            " backend=%s trim=%s fast-zero=%s max-write=%s max-iov=%d"
+            " minimum=%" PRIu32
+            " min-block=%" PRIu32 " async=%u%s%s writers=%u stripe=%s%s%s",
             c->elevator->name,
             c->ack == ACK_QUEUED ? "queued" : "dispatched",
             c->unplug_thresh,
@@ -725,13 +906,17 @@ harness_params_format (const struct harness_params *p, char *buf,
             human_bytes (c->queue_bytes, b[2], sizeof b[2]),
             c->queue_requests,
             human_ns (c->write_expire_ns, b[3], sizeof b[3]),
-            p->disk_size, p->lanes, trims[p->backend.trim],
+            p->disk_size, p->lanes,
+            p->backend.name ? p->backend.name : "memory",
+            trims[p->backend.trim],
             p->backend.no_fast_zero ? "no" : "yes",
             p->backend.max_write
             ? human_bytes (p->backend.max_write, b[4], sizeof b[4]) : "own",
             p->backend.max_iov, p->backend.minimum, p->backend.min_block,
             p->backend.async, p->backend.fua ? "+fua" : "",
+            p->backend.async && p->backend.steady ? "+steady" : "",
             p->backend.writers,
+            p->stripe ? human_bytes (p->stripe, b[5], sizeof b[5]) : "none",
             p->backend.writes_to_memory ? " writes-to-memory" : "",
             c->bypass ? "" : " bypass=never");
 }
@@ -774,6 +959,7 @@ struct harness {
   struct queue *q;
   unsigned nr_lanes;
   struct lane lane[HARNESS_MAX_LANES];
+  _Atomic uint64_t stream_front;  /* striped lanes' generators share it */
   bool finished;
 
   pthread_mutex_t lock;         /* the fault record and verbose output */
@@ -809,10 +995,11 @@ fail (struct harness *h, unsigned lane, size_t op_index,
 /* ------------------------------------------------------------ backend */
 
 /* The test backend (test_backends.h) wrapped around the memory backend
- * gives the queue the backend properties this run asks for and checks
- * every call against the backend contract as it happens; in async mode
- * it plays a backend with its own threads (like nbd) that completes
- * operations out of order and late.
+ * (or the backend the run opens) gives the queue the backend properties
+ * this run asks for and checks every call against the backend contract
+ * as it happens; in async mode it plays a backend with its own threads
+ * (like nbd) that completes operations out of order and late, unless the
+ * inner backend has threads of its own.
  */
 #define BACKEND_WORKERS 2
 
@@ -852,11 +1039,68 @@ shape_backend (struct backend *b, const struct backend_params *bp)
     b->limits.maximum = MIN (b->limits.maximum, b->max_write);
 }
 
+/* The test backend over a memory backend, or over the one the run
+ * opens; NULL after a setup fault.
+ */
+static struct test_backend *
+wrapped_backend (struct harness *h)
+{
+  const struct backend_params *bp = &h->p.backend;
+  struct test_backend *tb;
+  const struct backend *b;
+
+  if (bp->open == NULL)
+    tb = test_backend_new (h->p.disk_size);
+  else
+    tb = test_backend_wrap (bp->open (bp->open_arg));
+  if (tb == NULL) {
+    fail (h, 0, 0, FAULT_SETUP, "test backend over %s: %m",
+          bp->name ? bp->name : "memory");
+    return NULL;
+  }
+  b = test_backend_get (tb);
+  /* The wrapper's record of changed bytes cannot read an inner backend
+   * from the inner backend's own thread (test_backend_wrap).
+   */
+  if (b->size != h->p.disk_size
+      || (backend_is_async (b) && (bp->min_block || bp->writers > 1))) {
+    fail (h, 0, 0, FAULT_SETUP, "%s: %" PRIu64 " bytes, asynchronous: %s;"
+          " the run wants %" PRIu64 " bytes, min-block %" PRIu32
+          ", writers %u", b->description, b->size,
+          backend_is_async (b) ? "yes" : "no", h->p.disk_size,
+          bp->min_block, bp->writers);
+    backend_close (test_backend_get (tb));
+    return NULL;
+  }
+  return tb;
+}
+
+/* Asynchronous as the run asks: an inner backend with threads of its
+ * own is already, and keeps its FUA only if the run wants FUA carried.
+ */
+static int
+make_async (struct test_backend *tb, const struct backend_params *bp)
+{
+  struct backend *b = test_backend_get (tb);
+
+  if (backend_is_async (b)) {
+    b->can_fua &= bp->fua;
+    return 0;
+  }
+  if (bp->async == 0)
+    return 0;
+  if (test_backend_set_async_workers (tb, bp->async, BACKEND_WORKERS) == -1)
+    return -1;
+  if (bp->fua)
+    test_backend_set_fua (tb);
+  return 0;
+}
+
 static struct test_backend *
 backend_new (struct harness *h)
 {
   const struct backend_params *bp = &h->p.backend;
-  struct test_backend *tb = test_backend_new (h->p.disk_size);
+  struct test_backend *tb = wrapped_backend (h);
   struct backend *b;
   struct tb_contract c = {
     .no_merging = h->p.config.unplug_thresh <= 1,
@@ -871,16 +1115,14 @@ backend_new (struct harness *h)
   c.merge_limit = MIN (h->p.config.max_merge,
                        b->max_write ? b->max_write : UINT64_MAX);
   if (test_backend_check_contract (tb, &c) == -1
-      || (bp->async && test_backend_set_async_workers (tb, bp->async,
-                                                       BACKEND_WORKERS) == -1)) {
+      || make_async (tb, bp) == -1) {
     backend_close (b);
     return NULL;
   }
-  if (bp->async && bp->fua)
-    test_backend_set_fua (tb);
   if (bp->writes_to_memory)
     test_backend_set_writes_to_memory (tb);
-  test_backend_jitter (tb, h->p.disk_size ^ h->p.config.unplug_thresh);
+  if (!bp->steady)
+    test_backend_jitter (tb, h->p.disk_size ^ h->p.config.unplug_thresh);
   return tb;
 }
 
@@ -910,7 +1152,9 @@ lane_free (struct lane *l)
 }
 
 /* Lanes split the disk into adjacent regions, so requests of different
- * lanes merge across the borders but never overlap.
+ * lanes merge across the borders but never overlap.  Striped lanes each
+ * model the whole disk but touch and check only their own stripes
+ * (own_span).
  */
 static int
 lanes_init (struct harness *h)
@@ -918,6 +1162,12 @@ lanes_init (struct harness *h)
   uint64_t size = h->p.disk_size;
   uint64_t share = (size / h->nr_lanes) & ~(uint64_t) (4 * KiB - 1);
 
+  if (h->p.stripe) {
+    for (unsigned i = 0; i < h->nr_lanes; i++)
+      if (lane_init (h, &h->lane[i], 0, size) == -1)
+        return -1;
+    return 0;
+  }
   for (unsigned i = 0; i < h->nr_lanes; i++) {
     uint64_t lo = i * share;
     uint64_t hi = i + 1 == h->nr_lanes ? size : lo + share;
@@ -958,6 +1208,17 @@ harness_start (struct harness *h)
   return true;
 }
 
+/* Stripes a multiple of 4 KiB, so no two lanes share a block of any
+ * minimum or min_block the harness chooses, and every lane owns one.
+ */
+static bool
+stripes_fit (const struct harness_params *p, unsigned lanes)
+{
+  return p->stripe == 0
+    || (p->stripe % (4 * KiB) == 0
+        && (uint64_t) (lanes - 1) * p->stripe < p->disk_size);
+}
+
 struct harness *
 harness_new (const struct harness_params *p)
 {
@@ -974,12 +1235,18 @@ harness_new (const struct harness_params *p)
     printf ("# config: %s\n", cfg);
   }
   pthread_mutex_init (&h->lock, NULL);
-  harness_start (h);
+  atomic_init (&h->stream_front, 0);
+  if (!stripes_fit (p, h->nr_lanes))
+    fail (h, 0, 0, FAULT_SETUP, "stripes of %" PRIu64 " bytes do not fit"
+          " %u lanes on %" PRIu64 " bytes", p->stripe, h->nr_lanes,
+          p->disk_size);
+  else
+    harness_start (h);
   return h;
 }
 
 void
-harness_lane_generator (const struct harness *h, unsigned i,
+harness_lane_generator (struct harness *h, unsigned i,
                         struct op_generator *g)
 {
   const struct lane *l = &h->lane[i];
@@ -991,10 +1258,51 @@ harness_lane_generator (const struct harness *h, unsigned i,
   op_generator_init (g, l->lo, l->hi, max_io, b ? b->limits.minimum : 1,
                      (i << 24) + 1);
   /* Only the last lane may run off the end: past any other lane's end
-   * is the next lane's region.
+   * is the next lane's region.  Striped lanes all end at the disk's end.
    */
   g->past_end_ok = l->hi == h->p.disk_size;
+  if (h->p.stripe)
+    op_generator_stripes (g, h->p.stripe, i, h->nr_lanes,
+                          h->nr_lanes > 1 ? &h->stream_front : NULL);
 }
+
+/* The first range at or after pos that lane li owns: its whole region
+ * without stripes, else the rest of the stripe holding pos if it is the
+ * lane's, or the lane's next stripe.  False when none is left.
+ */
+static bool
+own_span (const struct harness *h, unsigned li, uint64_t pos,
+          uint64_t *start, uint64_t *end)
+{
+  const struct lane *l = &h->lane[li];
+  uint64_t k;
+
+  if (pos < l->lo)
+    pos = l->lo;
+  if (pos >= l->hi)
+    return false;
+  if (h->p.stripe == 0) {
+    *start = pos;
+    *end = l->hi;
+    return true;
+  }
+  k = stripe_of (l->lo, l->hi, h->p.stripe, pos, start, end);
+  if (k % h->nr_lanes == li)
+    *start = pos;
+  else {
+    k += (li + h->nr_lanes - k % h->nr_lanes) % h->nr_lanes;
+    if (k * h->p.stripe >= l->hi - l->lo)
+      return false;
+    stripe_of (l->lo, l->hi, h->p.stripe, l->lo + k * h->p.stripe, start,
+               end);
+  }
+  return true;
+}
+
+/* Every range lane li owns, first to last. */
+#define FOR_EACH_OWN_SPAN(h, li, s, e) \
+  for (uint64_t s, e, pos_ = 0; own_span ((h), (li), pos_, &s, &e); \
+       pos_ = e)
 
 /* ------------------------------------------------------------ checks */
 
@@ -1117,6 +1425,25 @@ check_landed (struct harness *h, unsigned li, size_t index,
                    (uint64_t) bad, setter (h, l, bad));
   }
   return true;
+}
+
+/* check_landed over every range lane li owns. */
+static bool
+check_lane_landed (struct harness *h, unsigned li, size_t index,
+                   enum harness_fault kind, const char *what)
+{
+  FOR_EACH_OWN_SPAN (h, li, s, e)
+    if (!check_landed (h, li, index, s, e, kind, what))
+      return false;
+  return true;
+}
+
+/* A FLUSH answered: whatever lane li was answered is durable now. */
+static void
+lane_durable (struct harness *h, unsigned li)
+{
+  FOR_EACH_OWN_SPAN (h, li, s, e)
+    model_landed (&h->lane[li].model, s, e - s, true);
 }
 
 /* An answered write or zero (noun): with FUA its bytes are durable on
@@ -1366,9 +1693,9 @@ apply_flush (struct harness *h, unsigned li, size_t index)
                      (struct expect) { .error = false }))
     return false;
   /* Everything this lane was answered before the flush is on the disk. */
-  model_landed (&l->model, l->lo, l->hi - l->lo, true);
-  return check_landed (h, li, index, l->lo, l->hi, FAULT_FLUSH,
-                       "after FLUSH the backend");
+  lane_durable (h, li);
+  return check_lane_landed (h, li, index, FAULT_FLUSH,
+                            "after FLUSH the backend");
 }
 
 static bool
@@ -1440,8 +1767,8 @@ harness_apply (struct harness *h, unsigned li, const struct model_op *op)
   default: abort ();
   }
   if (ok && (index + 1) % LANDED_CHECK_EVERY == 0)
-    ok = check_landed (h, li, index, l->lo, l->hi, FAULT_LANDED,
-                       "durable data changed later: the backend");
+    ok = check_lane_landed (h, li, index, FAULT_LANDED,
+                            "durable data changed later: the backend");
   atomic_fetch_add (&harness_progress, 1);
   return ok && !atomic_load (&h->failed);
 }
@@ -1465,11 +1792,9 @@ harness_flush_all (struct harness *h)
                      (struct expect) { .error = false }))
     return false;
   for (unsigned i = 0; i < h->nr_lanes; i++) {
-    struct lane *l = &h->lane[i];
-
-    model_landed (&l->model, l->lo, l->hi - l->lo, true);
-    if (!check_landed (h, i, SIZE_MAX, l->lo, l->hi, FAULT_FLUSH,
-                       "after a FLUSH on lane 0 the backend"))
+    lane_durable (h, i);
+    if (!check_lane_landed (h, i, SIZE_MAX, FAULT_FLUSH,
+                            "after a FLUSH on lane 0 the backend"))
       return false;
   }
   return true;
@@ -1539,33 +1864,45 @@ check_stats (struct harness *h)
   return true;
 }
 
-/* After the drain every byte of the backend is what the model says,
- * and a backend flush came after the last write.
+/* After the drain every byte of [from, to), which lane li owns, is what
+ * its model says, and a backend flush came after the last write there.
+ */
+static bool
+check_drained_range (struct harness *h, unsigned li, uint64_t from,
+                     uint64_t to)
+{
+  struct lane *l = &h->lane[li];
+
+  for (uint64_t pos = from; pos < to; pos += MAX_IO) {
+    uint64_t n = MIN (MAX_IO, to - pos);
+    struct model_mismatch mm;
+    const uint8_t *d;
+
+    test_backend_dirty (h->tb, l->dirty, n, pos);
+    if ((d = memchr (l->dirty, 1, n)) != NULL)
+      return fail (h, li, SIZE_MAX, FAULT_DRAIN,
+                   "after queue_stop byte 0x%" PRIx64 " is not durable:"
+                   " no backend flush after its write",
+                   pos + (d - l->dirty));
+    if (test_backend_read (h->tb, l->buf, n, pos) == -1)
+      return fail (h, li, SIZE_MAX, FAULT_DRAIN, "backend pread: %m");
+    if (!model_compare (&l->model, l->buf, pos, n, false, &mm))
+      return mismatch (h, li, SIZE_MAX, FAULT_DRAIN,
+                       "after queue_stop the backend", &mm);
+  }
+  return true;
+}
+
+/* After the drain every byte of the backend is what the model of the
+ * lane that owns it says.
  */
 static bool
 check_drained (struct harness *h)
 {
-  for (unsigned i = 0; i < h->nr_lanes; i++) {
-    struct lane *l = &h->lane[i];
-
-    for (uint64_t pos = l->lo; pos < l->hi; pos += MAX_IO) {
-      uint64_t n = MIN (MAX_IO, l->hi - pos);
-      struct model_mismatch mm;
-      const uint8_t *d;
-
-      test_backend_dirty (h->tb, l->dirty, n, pos);
-      if ((d = memchr (l->dirty, 1, n)) != NULL)
-        return fail (h, i, SIZE_MAX, FAULT_DRAIN,
-                     "after queue_stop byte 0x%" PRIx64 " is not durable:"
-                     " no backend flush after its write",
-                     pos + (d - l->dirty));
-      if (test_backend_read (h->tb, l->buf, n, pos) == -1)
-        return fail (h, i, SIZE_MAX, FAULT_DRAIN, "backend pread: %m");
-      if (!model_compare (&l->model, l->buf, pos, n, false, &mm))
-        return mismatch (h, i, SIZE_MAX, FAULT_DRAIN,
-                         "after queue_stop the backend", &mm);
-    }
-  }
+  for (unsigned i = 0; i < h->nr_lanes; i++)
+    FOR_EACH_OWN_SPAN (h, i, s, e)
+      if (!check_drained_range (h, i, s, e))
+        return false;
   return true;
 }
 
@@ -1592,6 +1929,15 @@ bool
 harness_failed (const struct harness *h)
 {
   return atomic_load (&h->failed);
+}
+
+void
+harness_queue_stats (const struct harness *h, struct queue_stats *out)
+{
+  if (h->q)
+    queue_stats_snapshot (h->q, out);
+  else
+    memset (out, 0, sizeof *out);
 }
 
 uint64_t
@@ -1685,10 +2031,63 @@ run_end (struct harness *h, FILE *report)
   harness_finish (h);
   r.fault = harness_fault (h, NULL, &r.op_index);
   r.ops_applied = h->lane[0].nr_ops;
+  harness_queue_stats (h, &r.stats);
+  r.max_flush_ns = harness_max_flush_ns (h);
   if (r.fault != FAULT_NONE && report)
     harness_report (h, report, 40);
   harness_free (h);
   return r;
+}
+
+struct lane_job {
+  struct harness *h;
+  unsigned lane;
+  uint64_t seed;
+  size_t max_ops;
+};
+
+static void *
+lane_main (void *arg)
+{
+  struct lane_job *job = arg;
+  struct op_generator gen;
+  struct byte_source src;
+  struct model_op op;
+
+  byte_source_seed (&src, job->seed * 64 + job->lane);
+  harness_lane_generator (job->h, job->lane, &gen);
+  for (size_t i = 0; i < job->max_ops && !harness_failed (job->h); i++)
+    if (!op_generator_next (&gen, &src, &op)
+        || !harness_apply (job->h, job->lane, &op))
+      break;
+  return NULL;
+}
+
+struct run_result
+run_threaded (const struct harness_params *p, uint64_t seed, size_t max_ops,
+              FILE *report)
+{
+  struct lane_job jobs[HARNESS_MAX_LANES];
+  pthread_t threads[HARNESS_MAX_LANES];
+  struct harness *h = harness_new (p);
+  unsigned started = 0;
+
+  if (h == NULL)
+    return run_end (h, report);
+  for (; !harness_failed (h) && started < h->nr_lanes; started++) {
+    jobs[started] = (struct lane_job) {
+      .h = h, .lane = started, .seed = seed, .max_ops = max_ops,
+    };
+    if (pthread_create (&threads[started], NULL, lane_main,
+                        &jobs[started]) != 0) {
+      fail (h, started, 0, FAULT_SETUP, "pthread_create failed");
+      break;
+    }
+  }
+  for (unsigned i = 0; i < started; i++)
+    pthread_join (threads[i], NULL);
+  harness_flush_all (h);
+  return run_end (h, report);
 }
 
 struct run_result

@@ -28,6 +28,13 @@
  * The same op generator serves the random model test and the fuzzer: it
  * turns a byte stream (a seeded PRNG or the fuzzer's input) into requests
  * that hit overlaps, exact adjacency, disk boundaries and unaligned cases.
+ *
+ * Several lanes (clients, one thread each) share one queue, each with a
+ * model of its own that stays exact because no lane touches another's
+ * bytes: either each lane owns a region of the disk, or the disk is cut
+ * into stripes dealt out to the lanes in turn, and each lane writes its
+ * own mostly in ascending order, so that lanes continue each other's
+ * writes as clients writing one interleaved stream do.
  */
 #ifndef PLUGQ_TESTS_MODEL_H
 #define PLUGQ_TESTS_MODEL_H
@@ -168,10 +175,35 @@ struct op_generator {
   bool past_end_ok;             /* hi is the disk's end: may run past it */
   struct gen_range recent[GEN_RECENT];  /* the last ops' ranges */
   unsigned nr_recent, newest;
+  /* Striped (op_generator_stripes): [lo, hi) is cut into stripes of
+   * this many bytes, and requests stay inside stripe_first,
+   * stripe_first + stripe_step, ...; 0: anywhere in [lo, hi).
+   */
+  uint64_t stripe;
+  unsigned stripe_first, stripe_step;
+  uint64_t stream_row;          /* the row (stripes counted by stripe_step,
+                                 * never wrapped) the stream writes in */
+  uint64_t stream_pos;          /* and its next byte, in that row's stripe */
+  _Atomic uint64_t *front;      /* shared by lanes: the furthest row any
+                                 * stream began; NULL alone */
 };
 
 void op_generator_init (struct op_generator *, uint64_t lo, uint64_t hi,
                         uint64_t max_io, uint32_t align, uint32_t first_tag);
+/* From now on requests stay inside the stripes first, first + step, ...
+ * of [lo, hi), each stripe bytes long (a multiple of the alignment), and
+ * most ops are writes that carry on an ascending stream through those
+ * stripes, row after row, wrapping at hi.  Lanes whose generators share
+ * front join the furthest row any of them began whenever they start a
+ * stripe, so their streams interleave as one: lane i's stripe continues
+ * lane i - 1's while both write it.
+ */
+void op_generator_stripes (struct op_generator *, uint64_t stripe,
+                           unsigned first, unsigned step,
+                           _Atomic uint64_t *front);
+/* The stripe of [lo, hi) holding pos: its bounds, and its index. */
+uint64_t stripe_of (uint64_t lo, uint64_t hi, uint64_t stripe, uint64_t pos,
+                    uint64_t *start, uint64_t *end);
 /* False once a buffer source is exhausted. */
 bool op_generator_next (struct op_generator *, struct byte_source *,
                         struct model_op *);
@@ -179,9 +211,19 @@ bool op_generator_next (struct op_generator *, struct byte_source *,
 /* ------------------------------------------------------------ harness */
 
 /* How the test backend wrapped around the memory backend behaves, so one
- * run can stand in for a file or NBD backend's properties.
+ * run can stand in for a file or NBD backend's properties; or which real
+ * backend it wraps instead.
  */
 struct backend_params {
+  /* NULL: a memory backend of disk_size.  Else opens, for each run, the
+   * backend to wrap (test_backend_wrap): disk_size bytes that read as
+   * zeroes, durably.  One with threads of its own (rbd) takes the
+   * queue's operations as they are, with FUA only if fua, and async,
+   * min_block and writers do not apply.
+   */
+  struct backend *(*open) (void *arg);
+  void *open_arg;
+  const char *name;             /* what open opens, in reports */
   enum tb_trim trim;
   bool no_fast_zero;            /* clear can_fast_zero */
   uint32_t max_write;           /* 0: the memory backend's own */
@@ -190,6 +232,8 @@ struct backend_params {
   uint32_t min_block;           /* >1: refuses partial blocks, as O_DIRECT */
   unsigned async;               /* >0: submit, this many in flight */
   bool fua;                     /* async only: honours FUA */
+  bool steady;                  /* no jitter: async operations finish in
+                                 * order and without delay */
   unsigned writers;             /* >1: max_writers of a synchronous one */
   bool writes_to_memory;        /* synchronous: writes may go around the
                                  * queue (queue_bypass.c) */
@@ -201,7 +245,15 @@ struct harness_params {
   struct queue_config config;
   struct backend_params backend;
   uint64_t disk_size;
-  unsigned lanes;               /* clients, each in its own region */
+  unsigned lanes;               /* clients, each in its own region
+                                 * (or stripes) */
+  /* >0: the lanes share the whole disk instead, cut into stripes of this
+   * many bytes (a multiple of 4 KiB, so no block is shared): lane i owns
+   * stripes i, i + lanes, i + 2 * lanes, ... and writes them mostly in
+   * ascending order (op_generator_stripes), so lanes' writes continue
+   * each other as several clients writing one interleaved stream do.
+   */
+  uint64_t stripe;
   bool verbose;                 /* print every op as a TAP comment */
 };
 
@@ -211,6 +263,16 @@ struct harness_params {
  */
 void harness_params_choose (struct harness_params *, struct byte_source *,
                             const struct elevator_ops *, enum ack_mode);
+/* The same for lanes clients sharing a small disk in stripes, on an
+ * asynchronous backend (with FUA or without), where waiting writers
+ * continue each other's writes in flight (harness_params.stripe).
+ * Knobs that would keep a stream from ever filling STREAM_BATCHES
+ * batches, or its stripes from merging, are raised.
+ */
+void harness_params_choose_striped (struct harness_params *,
+                                    struct byte_source *,
+                                    const struct elevator_ops *,
+                                    enum ack_mode, unsigned lanes);
 /* Elevator and ack mode from src too (the fuzzer). */
 void harness_params_choose_all (struct harness_params *,
                                 struct byte_source *);
@@ -246,8 +308,10 @@ struct harness;
  */
 struct harness *harness_new (const struct harness_params *);
 
-/* The region lane i owns, and a generator set up for it. */
-void harness_lane_generator (const struct harness *, unsigned lane,
+/* A generator for lane i: inside the region it owns, or striped over
+ * its stripes (harness_params.stripe).
+ */
+void harness_lane_generator (struct harness *, unsigned lane,
                              struct op_generator *);
 
 /* Applies op through the queue and to lane's model and checks it.  Safe
@@ -280,6 +344,11 @@ const char *harness_why (const struct harness *);
  */
 void harness_report (const struct harness *, FILE *, size_t last_ops);
 
+/* The queue's counters (after harness_finish: the whole run's); zeroes
+ * when there is no queue.
+ */
+void harness_queue_stats (const struct harness *, struct queue_stats *);
+
 /* The slowest FLUSH any lane saw (after the lanes are done). */
 uint64_t harness_max_flush_ns (const struct harness *);
 
@@ -297,7 +366,9 @@ extern _Atomic uint64_t harness_progress;
 struct run_result {
   enum harness_fault fault;
   size_t op_index;              /* SIZE_MAX: at finish */
-  size_t ops_applied;
+  size_t ops_applied;           /* by lane 0 */
+  struct queue_stats stats;     /* the queue's counters at the end */
+  uint64_t max_flush_ns;        /* the slowest FLUSH */
 };
 
 /* One lane, ops from src until max_ops or the source runs out.  With
@@ -306,6 +377,13 @@ struct run_result {
 struct run_result run_from_source (const struct harness_params *,
                                    struct byte_source *, size_t max_ops,
                                    uint64_t max_sleep_us, FILE *report);
+
+/* p->lanes clients at once, one thread each: lane i's ops come from a
+ * PRNG seeded with seed * 64 + i, max_ops of them; then a FLUSH on lane
+ * 0, after which every lane's data must be durable, and the drain.
+ */
+struct run_result run_threaded (const struct harness_params *,
+                                uint64_t seed, size_t max_ops, FILE *report);
 
 /* One lane, exactly these ops. */
 struct run_result run_ops (const struct harness_params *,

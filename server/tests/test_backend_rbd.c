@@ -3,10 +3,11 @@
  * The test starts its own throw-away cluster (client-tests/ceph/
  * cluster.sh: one monitor, one memstore OSD, 127.0.0.1 only) in a
  * temporary directory, runs the backend checks the file and memory
- * backends pass through backend_type_rbd, as the plugin reaches it, and
- * stops the cluster by its pids at exit, or cluster.sh's watchdog does
- * once this process is gone (a crash).  Without ceph installed, or in a
- * build without librbd, every case is skipped with the reason.
+ * backends pass through backend_type_rbd, as the plugin reaches it, then
+ * a few seeds of the model test (model.h) with a queue over the image,
+ * and stops the cluster by its pids at exit, or cluster.sh's watchdog
+ * does once this process is gone (a crash).  Without ceph installed, or
+ * in a build without librbd, every case is skipped with the reason.
  */
 
 #ifndef _GNU_SOURCE
@@ -18,6 +19,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -33,11 +35,13 @@
 #include "backend.h"
 #include "backend_checks.h"
 #include "backend_type.h"
+#include "elevator.h"
 #include "extents.h"
 #include "log.h"
+#include "model.h"
 #include "tap.h"
 
-#define NR_CASES 14
+#define NR_CASES 18
 
 #ifndef HAVE_LIBRBD
 
@@ -149,11 +153,13 @@ start_cluster (void)
   return NULL;
 }
 
+/* object: its size as rbd spells it ("64K"), NULL for the default. */
 static bool
-create_image (const char *name, uint64_t size)
+create_image (const char *name, uint64_t size, const char *object)
 {
   return run ("timeout 30 rbd --conf '%s' create --size %" PRIu64
-              "M rbd/%s", conf, size / MiB, name);
+              "M%s%s rbd/%s", conf, size / MiB,
+              object ? " --object-size " : "", object ? object : "", name);
 }
 
 /* ------------------------------------------------------------ opening */
@@ -524,6 +530,161 @@ test_unreachable (void)
   return ok;
 }
 
+/* ------------------------------------------------------------ model */
+
+/* The model test with the rbd backend under the test backend: the queue
+ * writes through librbd's asynchronous calls, with FUA as a write and
+ * then rbd_aio_flush, reads and extents come from the image, and the
+ * harness reads the image directly to check what landed and what is
+ * durable.  Every run opens the same image and zeroes it first; its
+ * objects are small, so that requests cross objects and zeroes free
+ * whole ones.
+ */
+#define MODEL_IMAGE_SIZE (1 * MiB)
+#define MODEL_OBJECT "64K"
+#define MODEL_OPS 200
+#define MODEL_SEEDS 2
+#define MODEL_LANES 8
+#define MODEL_MAX_SLEEP_US 200
+/* All of them take about a second; a queue that deadlocks on the image
+ * would otherwise hang the test run.
+ */
+#define MODEL_TIMEOUT_S 300
+
+/* The model image, reading as zeroes: its objects are freed, durably. */
+static struct backend *
+open_model_image (void *spec)
+{
+  struct backend *b = open_started (spec);
+
+  if (b && backend_zero (b, b->size, 0, true, true) == -1) {
+    backend_close (b);
+    return NULL;
+  }
+  return b;
+}
+
+/* The seed's queue knobs over the model image; FUA carried by the
+ * image's writes or by the queue's flushes, as fua says.
+ */
+static void
+on_model_image (struct harness_params *p, bool fua)
+{
+  p->disk_size = MODEL_IMAGE_SIZE;
+  p->backend.open = open_model_image;
+  p->backend.open_arg = "rbd/model";
+  p->backend.name = "rbd";
+  p->backend.fua = fua;
+  /* Properties of the memory backend's stand-ins that rbd has or not
+   * of its own.
+   */
+  p->backend.async = 0;
+  p->backend.writers = 0;
+  p->backend.min_block = 0;
+  p->backend.writes_to_memory = false;
+  p->backend.trim = TB_TRIM_PASS;
+}
+
+static double
+now_s (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static bool
+model_passed (const struct run_result *r, const char *what, uint64_t seed)
+{
+  if (r->fault == FAULT_NONE)
+    return true;
+  printf ("# model on rbd, %s, seed %" PRIu64 ": %s fault\n", what, seed,
+          harness_fault_names[r->fault]);
+  return false;
+}
+
+/* One client, MODEL_OPS ops per seed: the first seed with FUA carried,
+ * the next with FUA by flush.
+ */
+static bool
+test_model_one_client (enum ack_mode ack)
+{
+  bool ok = true;
+
+  for (uint64_t seed = 0; ok && seed < MODEL_SEEDS; seed++) {
+    struct harness_params p;
+    struct byte_source src;
+    struct run_result r;
+
+    byte_source_seed (&src, seed);
+    harness_params_choose (&p, &src, &elevator_deadline, ack);
+    on_model_image (&p, seed % 2 == 0);
+    r = run_from_source (&p, &src, MODEL_OPS, MODEL_MAX_SLEEP_US, stdout);
+    ok = model_passed (&r, "one client", seed);
+  }
+  return ok;
+}
+
+/* MODEL_LANES clients on threads writing interleaved stripes, so that
+ * waiting writes continue each other's writes in flight in librbd.
+ * The waiting writes held and merged are reported, not judged: how many
+ * batches librbd keeps in flight is the cluster's timing.
+ */
+static bool
+test_model_clients (enum ack_mode ack, uint64_t *held, uint64_t *merged)
+{
+  struct harness_params p;
+  struct byte_source src;
+  struct run_result r;
+
+  byte_source_seed (&src, 0);
+  harness_params_choose_striped (&p, &src, &elevator_noop, ack, MODEL_LANES);
+  on_model_image (&p, true);
+  r = run_threaded (&p, 0, MODEL_OPS, stdout);
+  *held = r.stats.waits_behind_stream;
+  *merged = r.stats.waiting_merged;
+  return model_passed (&r, "clients", 0);
+}
+
+/* The process ends, and cluster.sh's watchdog stops the cluster. */
+static void
+model_timed_out (int sig)
+{
+  static const char msg[] = "# the model runs on rbd did not finish within "
+    "their time: a hang\nBail out! model on rbd hung\n";
+
+  (void) sig;
+  if (write (STDOUT_FILENO, msg, sizeof msg - 1) == -1)
+    _exit (2);                  /* not even that could be said */
+  _exit (EXIT_FAILURE);
+}
+
+static void
+run_model_cases (void)
+{
+  static const enum ack_mode acks[] = { ACK_QUEUED, ACK_DISPATCHED };
+
+  signal (SIGALRM, model_timed_out);
+  alarm (MODEL_TIMEOUT_S);
+  for (size_t i = 0; i < 2; i++) {
+    const char *ack = acks[i] == ACK_QUEUED ? "queued" : "dispatched";
+    uint64_t held = 0, merged = 0;
+    double start = now_s ();
+    bool ok = test_model_one_client (acks[i]);
+
+    tap_ok (ok, "model on an rbd image, ack=%s: one client, %d seeds x %d"
+            " ops (%.1f s)", ack, MODEL_SEEDS, MODEL_OPS, now_s () - start);
+    start = now_s ();
+    ok = test_model_clients (acks[i], &held, &merged);
+    tap_ok (ok, "model on an rbd image, ack=%s: %d clients in stripes x %d"
+            " ops: %" PRIu64 " waiting writes held behind a busy stream, %"
+            PRIu64 " merged (%.1f s)", ack, MODEL_LANES, MODEL_OPS, held,
+            merged, now_s () - start);
+  }
+  alarm (0);
+}
+
 static void
 skip_all_cases (const char *why)
 {
@@ -541,9 +702,10 @@ main (void)
     skip_all_cases (why);
     return EXIT_SUCCESS;
   }
-  if (!create_image ("plain", IMAGE_SIZE)
-      || !create_image ("exported", IMAGE_SIZE)
-      || !create_image ("big", 1536 * MiB)) {
+  if (!create_image ("plain", IMAGE_SIZE, NULL)
+      || !create_image ("exported", IMAGE_SIZE, NULL)
+      || !create_image ("big", 1536 * MiB, NULL)
+      || !create_image ("model", MODEL_IMAGE_SIZE, MODEL_OBJECT)) {
     skip_all_cases ("could not create the test images");
     return EXIT_FAILURE;
   }
@@ -578,6 +740,7 @@ main (void)
           "key each fail with one clear line");
   tap_ok (test_unreachable (), "unreachable monitors fail within the "
           "ceph-timeout");
+  run_model_cases ();
   stop_cluster ();
   return tap_done ();
 }

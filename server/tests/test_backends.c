@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,11 +39,16 @@ struct tb_slot {
   uint64_t offset, count;
   uint64_t seq;                 /* submission order */
   bool picked;                  /* a worker is running it */
+  /* Passed through to an inner backend with threads of its own: */
+  struct test_backend *tb;
+  struct tb_call call;          /* as logged */
+  struct backend_io inner_io;   /* what the inner backend was handed */
+  uint8_t *before;              /* contents_before */
 };
 
 struct test_backend {
   struct backend b;             /* first: what the queue calls */
-  struct backend *inner;        /* the real memory backend */
+  struct backend *inner;        /* the real backend: memory, or any */
   struct lock lock;
   pthread_cond_t changed;       /* any count or gate moved */
   struct tb_kind kind[TB_OPS];
@@ -69,6 +75,10 @@ struct test_backend {
   pthread_t *workers;
   unsigned nr_workers, want_workers;
   bool started, stopping;
+  /* The inner backend is asynchronous itself: submitted operations go
+   * to it as they are, and no worker of ours runs them.
+   */
+  bool pass_through;
 };
 
 /* What a call carries besides its tb_call. */
@@ -438,7 +448,7 @@ call_end (struct test_backend *tb, enum tb_op op, int r)
 
 /* Junk that is neither zero nor any write's pattern in general. */
 static int
-scribble (struct backend *inner, uint64_t count, uint64_t offset)
+scribble (struct backend *inner, uint64_t count, uint64_t offset, bool fua)
 {
   uint8_t junk[4096];
 
@@ -448,7 +458,7 @@ scribble (struct backend *inner, uint64_t count, uint64_t offset)
 
     for (size_t i = 0; i < n; i++)
       junk[i] = 0xa5 ^ ((offset + i) & 0x0f);
-    if (backend_pwritev (inner, &iov, 1, offset, false) == -1)
+    if (backend_pwritev (inner, &iov, 1, offset, fua) == -1)
       return -1;
     count -= n;
     offset += n;
@@ -457,19 +467,22 @@ scribble (struct backend *inner, uint64_t count, uint64_t offset)
 }
 
 static int
-do_trim (struct test_backend *tb, uint64_t count, uint64_t offset)
+do_trim (struct test_backend *tb, uint64_t count, uint64_t offset, bool fua)
 {
   switch (tb->trim) {
   case TB_TRIM_PASS:
-    return backend_trim (tb->inner, count, offset, false);
+    return backend_trim (tb->inner, count, offset, fua);
   case TB_TRIM_NOOP:
     return 0;
   case TB_TRIM_SCRIBBLE:
-    return scribble (tb->inner, count, offset);
+    return scribble (tb->inner, count, offset, fua);
   }
   abort ();
 }
 
+/* A call made with FUA keeps it: an inner backend other than memory
+ * must make the range durable before the call is counted durable.
+ */
 static int
 pass_on (struct test_backend *tb, const struct tb_call *c,
          const struct tb_args *a)
@@ -480,11 +493,11 @@ pass_on (struct test_backend *tb, const struct tb_call *c,
   case TB_PREAD:
     return in->ops->pread (in, a->buf, c->count, c->offset);
   case TB_PWRITEV:
-    return backend_pwritev (in, a->iov, c->iovcnt, c->offset, false);
+    return backend_pwritev (in, a->iov, c->iovcnt, c->offset, c->fua);
   case TB_ZERO:
-    return backend_zero (in, c->count, c->offset, c->may_trim, false);
+    return backend_zero (in, c->count, c->offset, c->may_trim, c->fua);
   case TB_TRIM:
-    return do_trim (tb, c->count, c->offset);
+    return do_trim (tb, c->count, c->offset, c->fua);
   case TB_FLUSH:
     return in->ops->flush (in);
   case TB_EXTENTS:
@@ -497,36 +510,65 @@ pass_on (struct test_backend *tb, const struct tb_call *c,
   abort ();
 }
 
+static bool
+changes_disk (const struct tb_call *c)
+{
+  return c->op == TB_PWRITEV || c->op == TB_ZERO || c->op == TB_TRIM;
+}
+
+/* A call on its way to the inner backend: logged and counted, held at
+ * its gate, then to be failed as the test asked or as the contract
+ * says (its errno; it is then over but for call_end), or 0.
+ */
+static int
+call_enter (struct test_backend *tb, const struct tb_call *c)
+{
+  int err = call_begin (tb, c);
+
+  if (err == 0 && refuses_unaligned (tb, c))
+    err = EINVAL;
+  if (err == 0 && c->op == TB_FLUSH)
+    flush_begins (tb);
+  return err;
+}
+
+/* The inner backend is done with a call (r as its ops return): what it
+ * changed is recorded, as durable if it carried FUA, and the call is
+ * counted finished.  Frees before (contents_before).  Returns r.
+ */
+static int
+call_leave (struct test_backend *tb, const struct tb_call *c,
+            uint8_t *before, int r)
+{
+  int saved_errno = errno;
+
+  if (changes_disk (c) && c->fua && r == 0)
+    mark_durable (tb, c->count, c->offset);
+  else if (changes_disk (c))
+    mark_dirty (tb, c->count, c->offset, before);
+  free (before);
+  errno = saved_errno;
+  return call_end (tb, c->op, r);
+}
+
 /* Every call, synchronous or submitted: logged and counted, held at its
- * gate, then failed as the test asked (never reaching the memory
+ * gate, then failed as the test asked (never reaching the inner
  * backend) or passed on.
  */
 static int
 run_call (struct test_backend *tb, const struct tb_call *c,
           const struct tb_args *a)
 {
-  int err = call_begin (tb, c);
-  bool changes = c->op == TB_PWRITEV || c->op == TB_ZERO || c->op == TB_TRIM;
+  int err = call_enter (tb, c);
   uint8_t *before = NULL;
-  int r;
 
-  if (err == 0 && refuses_unaligned (tb, c))
-    err = EINVAL;
   if (err) {
     errno = err;
     return call_end (tb, c->op, -1);
   }
-  if (c->op == TB_FLUSH)
-    flush_begins (tb);
-  if (changes)
+  if (changes_disk (c))
     before = contents_before (tb, c->count, c->offset);
-  r = pass_on (tb, c, a);
-  if (changes && c->fua && r == 0)
-    mark_durable (tb, c->count, c->offset);
-  else if (changes)
-    mark_dirty (tb, c->count, c->offset, before);
-  free (before);
-  return call_end (tb, c->op, r);
+  return call_leave (tb, c, before, pass_on (tb, c, a));
 }
 
 /* ------------------------------------------------------------ ops */
@@ -678,11 +720,9 @@ io_count (const struct backend_io *io)
     : io->count;
 }
 
-/* One submitted operation, through the same counting, gate and failure
- * path as a synchronous call: 0, or the errno it failed with.
- */
-static int
-run_io (struct test_backend *tb, const struct backend_io *io)
+/* The call a submitted write, zero or trim makes. */
+static struct tb_call
+call_of_io (const struct backend_io *io)
 {
   struct tb_call c = { .offset = io->offset, .count = io_count (io),
                        .fua = io->fua };
@@ -696,12 +736,20 @@ run_io (struct test_backend *tb, const struct backend_io *io)
     c.op = TB_ZERO;
     c.may_trim = io->may_trim;
     break;
-  case OP_TRIM:
-    c.op = TB_TRIM;
-    break;
   default:
-    return EINVAL;
+    c.op = TB_TRIM;
   }
+  return c;
+}
+
+/* One submitted operation, through the same counting, gate and failure
+ * path as a synchronous call: 0, or the errno it failed with.
+ */
+static int
+run_io (struct test_backend *tb, const struct backend_io *io)
+{
+  struct tb_call c = call_of_io (io);
+
   errno = 0;
   if (run_call (tb, &c, &(struct tb_args) { .iov = io->iov }) == -1)
     return errno ? errno : EIO;
@@ -795,6 +843,8 @@ tb_start (struct backend *b)
     tb_fault (tb, "backend start called twice");
     return 0;
   }
+  if (tb->inner->ops->start && tb->inner->ops->start (tb->inner) == -1)
+    return -1;
   for (; tb->nr_workers < tb->want_workers; tb->nr_workers++)
     if (pthread_create (&tb->workers[tb->nr_workers], NULL, async_worker,
                         tb) != 0) {
@@ -803,6 +853,84 @@ tb_start (struct backend *b)
     }
   tb->started = true;
   return 0;
+}
+
+/* ------------------------------------------------------------ pass-through */
+
+/* An inner backend with threads of its own (rbd, nbd) is handed each
+ * submitted operation as it is, after the same log, gate, failures and
+ * contract checks as any call, and completes it on its own thread: the
+ * wrapper adds no thread and no delay (jitter does nothing here).
+ */
+
+static void
+slot_free (struct test_backend *tb, struct tb_slot *s)
+{
+  lock_acquire (&tb->lock);
+  *s = (struct tb_slot) { .io = NULL };
+  tb->nr_ops--;
+  lock_release (&tb->lock);
+}
+
+/* Frees slot s, then tells the queue its operation is done. */
+static void
+slot_complete (struct tb_slot *s, int err)
+{
+  struct backend_io *io = s->io;
+
+  slot_free (s->tb, s);
+  io->done (io, err);           /* takes the queue lock: not ours */
+}
+
+/* The inner backend's thread (or pass_through): the operation is over. */
+static void
+pass_through_done (struct backend_io *inner_io, int err)
+{
+  struct tb_slot *s = (struct tb_slot *) ((char *) inner_io
+                                          - offsetof (struct tb_slot,
+                                                      inner_io));
+
+  call_leave (s->tb, &s->call, s->before, err ? -1 : 0);
+  slot_complete (s, err);
+}
+
+/* Hands slot s's operation to the inner backend: BACKEND_IO_STARTED, or
+ * -1 with errno when the inner backend refused it (nothing is left of it
+ * then).  Failures the test asked for, and trims the test redefines, are
+ * done here and completed at once.
+ */
+static int
+pass_through (struct test_backend *tb, struct tb_slot *s)
+{
+  int err = call_enter (tb, &s->call);
+  int r;
+
+  if (err) {
+    call_end (tb, s->call.op, -1);
+    slot_complete (s, err);
+    return BACKEND_IO_STARTED;
+  }
+  s->before = contents_before (tb, s->call.count, s->call.offset);
+  if (s->call.op == TB_TRIM && tb->trim != TB_TRIM_PASS) {
+    r = do_trim (tb, s->call.count, s->call.offset, s->call.fua);
+    pass_through_done (&s->inner_io, r == -1 ? errno : 0);
+    return BACKEND_IO_STARTED;
+  }
+  s->inner_io = *s->io;
+  s->inner_io.done = pass_through_done;
+  /* Once started, s may be completed and reused at any moment. */
+  r = tb->inner->ops->io (tb->inner, &s->inner_io);
+  if (r == BACKEND_IO_STARTED)
+    return r;
+  if (r == BACKEND_IO_DONE) {
+    pass_through_done (&s->inner_io, 0);
+    return BACKEND_IO_STARTED;
+  }
+  err = errno;
+  call_leave (tb, &s->call, s->before, -1);
+  slot_free (tb, s);
+  errno = err;
+  return -1;
 }
 
 /* Under tb->lock: whether io may join the operations in flight. */
@@ -831,7 +959,8 @@ tb_submit (struct backend *b, struct backend_io *io)
   uint64_t count = io_count (io);
   unsigned slot;
 
-  if (io->fua && !tb->b.can_fua) {
+  if ((io->kind != OP_WRITE && io->kind != OP_ZERO && io->kind != OP_TRIM)
+      || (io->fua && !tb->b.can_fua)) {
     errno = EINVAL;
     return -1;
   }
@@ -852,6 +981,13 @@ tb_submit (struct backend *b, struct backend_io *io)
     .io = io, .offset = io->offset, .count = count, .seq = tb->next_seq++
   };
   tb->nr_ops++;
+  if (tb->pass_through) {
+    tb->slots[slot].picked = true;
+    tb->slots[slot].tb = tb;
+    tb->slots[slot].call = call_of_io (io);
+    lock_release (&tb->lock);
+    return pass_through (tb, &tb->slots[slot]);
+  }
   tb->nr_pending++;
   pthread_cond_signal (&tb->work);
   lock_release (&tb->lock);
@@ -897,6 +1033,10 @@ int
 test_backend_set_async_workers (struct test_backend *tb, unsigned n,
                                 unsigned workers)
 {
+  if (tb->pass_through) {
+    errno = EINVAL;             /* asynchronous already, on its own */
+    return -1;
+  }
   tb->slots = calloc (n, sizeof *tb->slots);
   tb->workers = calloc (workers, sizeof *tb->workers);
   if (tb->slots == NULL || tb->workers == NULL)
@@ -911,6 +1051,7 @@ void
 test_backend_set_fua (struct test_backend *tb)
 {
   assert (tb->b.ops == &test_async_ops);
+  assert (!tb->pass_through || tb->inner->can_fua);
   tb->b.can_fua = true;
 }
 
@@ -929,20 +1070,36 @@ test_backend_set_async (struct test_backend *tb, unsigned n)
 
 /* ------------------------------------------------------------ setup */
 
-struct test_backend *
-test_backend_new (uint64_t size)
+/* An asynchronous inner backend: operations pass through to it, as
+ * many at once as it takes, with FUA if it has FUA.
+ */
+static int
+pass_through_init (struct test_backend *tb)
 {
-  struct test_backend *tb = calloc (1, sizeof *tb);
+  tb->slots = calloc (tb->inner->max_in_flight, sizeof *tb->slots);
+  if (tb->slots == NULL)
+    return -1;
+  tb->b.ops = &test_async_ops;
+  tb->b.can_fua = tb->inner->can_fua;
+  tb->pass_through = true;
+  return 0;
+}
 
-  if (tb == NULL)
+struct test_backend *
+test_backend_wrap (struct backend *inner)
+{
+  struct test_backend *tb;
+
+  if (inner == NULL)
     return NULL;
-  tb->inner = backend_memory_new (size);
-  if (tb->inner == NULL) {
-    free (tb);
+  if ((tb = calloc (1, sizeof *tb)) == NULL) {
+    backend_close (inner);
     return NULL;
   }
-  tb->b = *tb->inner;
+  tb->inner = inner;
+  tb->b = *inner;
   tb->b.ops = &test_ops;
+  tb->b.description = NULL;
   /* One writer at a time unless a test asks for more: the memory
    * backend's own max_writers would make every "synchronous" case run
    * with several dispatch tokens.
@@ -954,16 +1111,26 @@ test_backend_new (uint64_t size)
    * (test_backend_set_writes_to_memory).
    */
   tb->b.writes_to_memory = false;
-  if (asprintf (&tb->b.description, "test over %s",
-                tb->inner->description) == -1) {
-    backend_close (tb->inner);
-    free (tb);
-    return NULL;
-  }
   lock_init (&tb->lock);
   cond_init_monotonic (&tb->changed);
   pthread_cond_init (&tb->work, NULL);
+  if (asprintf (&tb->b.description, "test over %s",
+                inner->description) == -1) {
+    tb->b.description = NULL;
+    tb_close (&tb->b);
+    return NULL;
+  }
+  if (backend_is_async (inner) && pass_through_init (tb) == -1) {
+    tb_close (&tb->b);
+    return NULL;
+  }
   return tb;
+}
+
+struct test_backend *
+test_backend_new (uint64_t size)
+{
+  return test_backend_wrap (backend_memory_new (size));
 }
 
 struct backend *

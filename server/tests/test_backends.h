@@ -1,7 +1,8 @@
 /* plugq tests: the wrapper backend every engine test writes through.
  *
- * It wraps a real memory backend and forwards every call, so data
- * behaves exactly as in production, while a test can:
+ * It wraps a real backend (memory, unless a test hands it another) and
+ * forwards every call, so data behaves exactly as in production, while a
+ * test can:
  *
  *  - count calls of each kind and read a log of every call (offset,
  *    bytes, iovcnt), to see merges, ordering and how many flushes a
@@ -13,7 +14,9 @@
  *  - behave as an asynchronous backend (submit, several operations in
  *    flight), so the same cases cover that dispatch path, with the
  *    operations finished oldest first or, with jitter, late and in any
- *    order;
+ *    order; over an inner backend that is asynchronous itself (rbd),
+ *    operations pass through to it as they are and complete on its
+ *    threads;
  *  - stand in for other backends: any limits written into its struct
  *    backend, and trims that do nothing or leave junk; with min_block
  *    set, it refuses (EINVAL) any read, write, zero or trim that is not
@@ -75,12 +78,24 @@ struct test_backend;
  * queue_new, which takes ownership: the wrapper is freed by queue_free.
  */
 struct test_backend *test_backend_new (uint64_t size);
+/* The same around any backend, which the wrapper owns from now on (it
+ * closes it, also when this fails: NULL).  An inner backend with start
+ * makes the wrapper asynchronous at once, with the inner backend's
+ * max_in_flight and FUA: each submitted operation goes to the inner
+ * backend's io after the wrapper's log, gate, failures and contract
+ * checks, and completes on the inner backend's thread (a shut gate
+ * holds the submitting thread).  Its start starts the inner backend.
+ * Not with min_block, whose record of changed bytes reads the inner
+ * backend from that thread.
+ */
+struct test_backend *test_backend_wrap (struct backend *inner);
 struct backend *test_backend_get (struct test_backend *);
 
 /* Makes the backend asynchronous, as an NBD backend is: it offers
  * submit, and n worker threads run up to n operations at once, finishing
  * in any order, through the same counts, gates and failures.  Call
- * before queue_new.
+ * before queue_new.  -1 (EINVAL) over an inner backend that is
+ * asynchronous already.
  */
 int test_backend_set_async (struct test_backend *, unsigned n);
 /* The same with fewer workers than operations in flight, so submitted
@@ -106,9 +121,9 @@ void test_backend_set_writes_to_memory (struct test_backend *);
  */
 void test_backend_jitter (struct test_backend *, uint64_t seed);
 
-/* What a trim does to the memory backend under the wrapper. */
+/* What a trim does to the backend under the wrapper. */
 enum tb_trim {
-  TB_TRIM_PASS,                 /* the memory backend's own trim */
+  TB_TRIM_PASS,                 /* the inner backend's own trim */
   TB_TRIM_NOOP,                 /* trim is advisory: do nothing */
   TB_TRIM_SCRIBBLE,             /* overwrite with junk: "unspecified" */
 };
@@ -182,14 +197,14 @@ void test_backend_release (struct test_backend *, enum tb_op);
 void test_backend_release_all (struct test_backend *);
 
 /* The next n calls of kind op fail with errnum without reaching the
- * memory backend.
+ * inner backend.
  */
 void test_backend_fail (struct test_backend *, enum tb_op, unsigned n,
                         int errnum);
 
 /* ------------------------------------------------------------ contents */
 
-/* Reads the memory backend directly: what is really "on disk", with no
+/* Reads the inner backend directly: what is really "on disk", with no
  * queue, gate, count or failure in the way.
  */
 int test_backend_read (struct test_backend *, void *buf, size_t count,

@@ -5,15 +5,22 @@
  * every FUA and the final drain are checked.  Each (elevator, ack mode)
  * pair runs many seeds, and each seed picks its own queue knobs, disk
  * size and backend properties, so the seeds sweep the configurations too.
- * Then a few hand-written sequences for the classic ordering traps, and a
- * multi-threaded run where clients in disjoint regions share one queue.
+ * Then a few hand-written sequences for the classic ordering traps, a
+ * multi-threaded run where clients in disjoint regions share one queue,
+ * and one where eight clients write interleaved stripes of one disk on
+ * an asynchronous backend, so that waiting writes continue each other's
+ * writes in flight and are held behind the busy stream (queue.c,
+ * behind_busy_stream): every such group must show held and merged
+ * waiting writes in the queue's counters.
  *
  * Environment:
  *   PLUGQ_MODEL_SEEDS=N      seeds in all, shared out among the four
  *                            (elevator, ack) pairs (default 160: about
  *                            20 s in all under AddressSanitizer)
  *   PLUGQ_MODEL_FIRST_SEED=N first seed (default 0)
- *   PLUGQ_MODEL_OPS=N        ops per seed (default 300)
+ *   PLUGQ_MODEL_OPS=N        ops per seed, and per client of the
+ *                            threaded runs (default 300)
+ *   PLUGQ_MODEL_STRIPE_SEEDS=N  seeds per striped group (default 2)
  *   PLUGQ_MODEL_SEED=N       replay seed N only (all pairs, or the one in
  *                            PLUGQ_MODEL_GROUP, e.g. "noop/dispatched")
  *   PLUGQ_MODEL_SHRINK=1     with a replay that fails: cut the ops down
@@ -68,7 +75,7 @@ static const struct group groups[] = {
 #define NR_GROUPS (sizeof groups / sizeof groups[0])
 
 static struct {
-  uint64_t seeds, first_seed, ops;
+  uint64_t seeds, first_seed, ops, stripe_seeds;
   bool verbose, shrink;
   unsigned timeout;
 } opt;
@@ -433,71 +440,45 @@ run_scenario (const struct scenario *sc)
 
 /* ------------------------------------------------------------ threads */
 
-struct lane_job {
-  struct harness *h;
-  unsigned lane;
-  uint64_t seed;
-};
-
-static void *
-lane_main (void *arg)
-{
-  struct lane_job *job = arg;
-  struct op_generator gen;
-  struct byte_source src;
-  struct model_op op;
-
-  byte_source_seed (&src, job->seed * 64 + job->lane);
-  harness_lane_generator (job->h, job->lane, &gen);
-  for (uint64_t i = 0; i < opt.ops && !harness_failed (job->h); i++)
-    if (!op_generator_next (&gen, &src, &op)
-        || !harness_apply (job->h, job->lane, &op))
-      break;
-  return NULL;
-}
-
-/* THREAD_LANES clients at once, each in its own region, so each one's
- * model stays exact while the queue interleaves them.
- */
 /* FLUSH latency while other clients keep writing: reported, not
  * judged, because it depends on the machine's load.
  */
 static uint64_t threaded_flush_ns_max;
 
+/* p->lanes clients at once (run_threaded); the queue's counters in *st.
+ * On failure the report names the run as `what`.
+ */
 static bool
-run_threaded (const struct group *g, uint64_t seed)
+run_lanes (const struct harness_params *p, const char *what, uint64_t seed,
+           struct queue_stats *st)
 {
-  struct lane_job jobs[THREAD_LANES];
-  pthread_t threads[THREAD_LANES];
+  struct run_result r;
+
+  watch ("%s seed %" PRIu64, what, seed);
+  r = run_threaded (p, seed, opt.ops, stdout);
+  if (r.max_flush_ns > threaded_flush_ns_max)
+    threaded_flush_ns_max = r.max_flush_ns;
+  *st = r.stats;
+  if (r.fault != FAULT_NONE)
+    printf ("# (that was %s seed %" PRIu64 ")\n", what, seed);
+  return r.fault == FAULT_NONE;
+}
+
+/* THREAD_LANES clients at once, each in its own region, so each one's
+ * model stays exact while the queue interleaves them.
+ */
+static bool
+run_threaded_seed (const struct group *g, uint64_t seed)
+{
   struct harness_params p;
   struct byte_source src;
-  struct harness *h;
-  bool ok;
+  struct queue_stats st;
+  char what[64];
 
   seed_params (g, seed, &p, &src);
   p.lanes = THREAD_LANES;
-  watch ("threads %s seed %" PRIu64, g->name, seed);
-  if ((h = harness_new (&p)) == NULL)
-    return false;
-  for (unsigned i = 0; i < THREAD_LANES; i++) {
-    jobs[i] = (struct lane_job) { .h = h, .lane = i, .seed = seed };
-    if (pthread_create (&threads[i], NULL, lane_main, &jobs[i]) != 0) {
-      perror ("pthread_create");
-      exit (EXIT_FAILURE);
-    }
-  }
-  for (unsigned i = 0; i < THREAD_LANES; i++)
-    pthread_join (threads[i], NULL);
-  if (harness_max_flush_ns (h) > threaded_flush_ns_max)
-    threaded_flush_ns_max = harness_max_flush_ns (h);
-  ok = harness_flush_all (h);
-  ok = harness_finish (h) && ok;
-  if (!ok) {
-    printf ("# threads %s seed %" PRIu64 " failed\n", g->name, seed);
-    harness_report (h, stdout, REPORT_OPS);
-  }
-  harness_free (h);
-  return ok;
+  snprintf (what, sizeof what, "threads %s", g->name);
+  return run_lanes (&p, what, seed, &st);
 }
 
 static void
@@ -509,7 +490,7 @@ run_threaded_group (const struct group *g)
 
   threaded_flush_ns_max = 0;
   for (uint64_t s = first; s < last; s++)
-    if (!run_threaded (g, s)) {
+    if (!run_threaded_seed (g, s)) {
       failed = s;
       break;
     }
@@ -522,6 +503,91 @@ run_threaded_group (const struct group *g)
             PRIu64 "..%" PRIu64 " (%.1f s, slowest FLUSH %.1f ms)",
             g->name, THREAD_LANES, opt.ops, first, last - 1,
             now_s () - t0, threaded_flush_ns_max / 1e6);
+}
+
+/* ------------------------------------------------------------ stripes */
+
+/* STRIPE_LANES clients share the disk in stripes (harness_params.stripe)
+ * and write their own mostly in ascending order, so that a lane's write
+ * often continues another's still in flight, as clients writing one
+ * interleaved stream do.  On an asynchronous backend a waiting writer's
+ * piece there (ack=dispatched, FUA) is held while the backend is busy
+ * with STREAM_BATCHES batches (queue.c, behind_busy_stream) and goes
+ * out merged: the random model test reaches that rule only here.  Each
+ * (elevator, ack) pair runs with FUA carried by the backend's writes and
+ * by flushes, with the backend's jitter and without; each mode must
+ * show held and merged waiting writes over its seeds.
+ */
+#define STRIPE_LANES 8
+
+struct stripe_mode {
+  bool fua_carried;             /* test_backend_set_fua */
+  bool jitter;                  /* operations finish late and in any order */
+};
+
+static const struct stripe_mode stripe_modes[] = {
+  { true, true }, { false, true }, { true, false }, { false, false },
+};
+#define NR_STRIPE_MODES (sizeof stripe_modes / sizeof stripe_modes[0])
+
+/* The seed's knobs and stripes, on the asynchronous backend the mode
+ * says.
+ */
+static void
+stripe_params (const struct group *g, const struct stripe_mode *m,
+               uint64_t seed, struct harness_params *p)
+{
+  struct byte_source src;
+
+  byte_source_seed (&src, seed);
+  harness_params_choose_striped (p, &src, g->elevator, g->ack, STRIPE_LANES);
+  p->backend.fua = m->fua_carried;
+  p->backend.steady = !m->jitter;
+  p->verbose = opt.verbose;
+}
+
+static void
+run_striped_group (const struct group *g, const struct stripe_mode *m)
+{
+  uint64_t first = opt.first_seed, last = first + opt.stripe_seeds;
+  uint64_t failed = UINT64_MAX, held = 0, merged = 0;
+  bool may_merge = false;
+  double t0 = now_s ();
+  char what[96];
+
+  snprintf (what, sizeof what, "stripes: %s, FUA %s, %s", g->name,
+            m->fua_carried ? "carried" : "by flush",
+            m->jitter ? "jitter" : "steady");
+  for (uint64_t s = first; s < last; s++) {
+    struct harness_params p;
+    struct queue_stats st;
+
+    stripe_params (g, m, s, &p);
+    /* unplug-thresh=1 never merges (queue.h). */
+    may_merge |= p.config.unplug_thresh > 1;
+    if (!run_lanes (&p, what, s, &st)) {
+      failed = s;
+      break;
+    }
+    held += st.waits_behind_stream;
+    merged += st.waiting_merged;
+  }
+  if (failed != UINT64_MAX) {
+    tap_ok (false, "%s, %d clients x %" PRIu64 " ops, seeds %" PRIu64
+            "..%" PRIu64 ": seed %" PRIu64 " failed", what, STRIPE_LANES,
+            opt.ops, first, last - 1, failed);
+    return;
+  }
+  if (held == 0)
+    printf ("# no waiting write was held behind a busy stream: the lanes"
+            " never reached behind_busy_stream's rule\n");
+  else if (merged == 0 && may_merge)
+    printf ("# no waiting write went out merged with another request\n");
+  tap_ok (held > 0 && (merged > 0 || !may_merge),
+          "%s, %d clients x %" PRIu64 " ops, seeds %" PRIu64 "..%" PRIu64
+          ": %" PRIu64 " waiting writes held behind a busy stream, %" PRIu64
+          " merged (%.1f s)", what, STRIPE_LANES, opt.ops, first, last - 1,
+          held, merged, now_s () - t0);
 }
 
 /* ------------------------------------------------------------ replays */
@@ -600,6 +666,7 @@ main (void)
     / NR_GROUPS;
   opt.first_seed = env_u64 ("PLUGQ_MODEL_FIRST_SEED", 0);
   opt.ops = env_u64 ("PLUGQ_MODEL_OPS", 300);
+  opt.stripe_seeds = env_u64 ("PLUGQ_MODEL_STRIPE_SEEDS", 2);
   opt.verbose = env_u64 ("PLUGQ_MODEL_VERBOSE", 0) != 0;
   opt.shrink = env_u64 ("PLUGQ_MODEL_SHRINK", 0) != 0;
   opt.timeout = env_u64 ("PLUGQ_MODEL_TIMEOUT", 60);
@@ -618,7 +685,7 @@ main (void)
                         getenv ("PLUGQ_MODEL_GROUP"));
 
   tap_plan (NR_GROUPS * ((opt.seeds + BATCH - 1) / BATCH) + nr_scenarios
-            + NR_GROUPS);
+            + NR_GROUPS + NR_GROUPS * NR_STRIPE_MODES);
   printf ("# %" PRIu64 " seeds per (elevator, ack) pair from %" PRIu64
           ", %" PRIu64 " ops each; replay one with PLUGQ_MODEL_SEED=N\n",
           opt.seeds, opt.first_seed, opt.ops);
@@ -628,5 +695,8 @@ main (void)
     run_scenario (&scenarios[i]);
   for (size_t gi = 0; gi < NR_GROUPS; gi++)
     run_threaded_group (&groups[gi]);
+  for (size_t gi = 0; gi < NR_GROUPS; gi++)
+    for (size_t mi = 0; mi < NR_STRIPE_MODES; mi++)
+      run_striped_group (&groups[gi], &stripe_modes[mi]);
   return tap_done ();
 }
