@@ -17,9 +17,10 @@
  *     (group commit), which is what makes them cheap;
  *   - nothing is queued or in flight through the queue, so no older
  *     piece holds any of its bytes and nothing waits to go before it;
- *   - a dispatch token is free (none while a FLUSH waits or runs, see
- *     token_limit): the writer holds it while it writes, so the backend
- *     never sees more than max_writers writers;
+ *   - a dispatch token is free and no FLUSH waits to start
+ *     (take_bypass_token): the writer holds it while it writes, so the
+ *     backend never sees more than max_writers writers, and a FLUSH is
+ *     never kept waiting by writes that keep arriving;
  *   - no other write going around the queue touches its bytes: two
  *     writes over the same bytes are never on the backend at once;
  *   - it does not start where one of the last RECENT_ENDS writes ended,
@@ -46,11 +47,14 @@ bool
 bypass_overlaps (const struct queue *q, uint64_t start, uint64_t end)
 {
   queue_assert_locked (q);
-  if (q->nr_bypassing == 0)
-    return false;
-  for (unsigned i = 0; i < BYPASS_SLOTS; i++)
+  /* Slots are claimed lowest first: stop once every busy one is seen. */
+  for (unsigned i = 0, seen = 0; seen < q->nr_bypassing; i++) {
+    if (q->bypassing[i].end == 0)
+      continue;
+    seen++;
     if (q->bypassing[i].end > start && q->bypassing[i].start < end)
       return true;
+  }
   return false;
 }
 

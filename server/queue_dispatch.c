@@ -245,13 +245,17 @@ take_token (struct queue *q)
 }
 
 /* A token for a write going around the queue (queue_bypass.c), if one
- * is free: it never waits and wakes nobody.
+ * is free: it never waits and wakes nobody.  Not while a FLUSH waits to
+ * start, which needs every holder gone: writers arriving all the time
+ * could keep it waiting for ever.  While a backend flush runs, writes
+ * the FLUSH need not cover may run beside it, as writers still waiting
+ * for their answer do.
  */
 bool
 take_bypass_token (struct queue *q)
 {
   queue_assert_locked (q);
-  if (q->holders >= token_limit (q) || q->stopping)
+  if (q->holders >= q->max_holders || q->flush.wanted || q->stopping)
     return false;
   q->holders++;
   return true;

@@ -321,6 +321,40 @@ test_no_token_means_queued (void)
           " queued and answered at once");
 }
 
+static int
+flush_job (void *q)
+{
+  return queue_flush (q, NULL);
+}
+
+/* A backend flush held in the backend: a write arriving meanwhile need
+ * not be covered by it, and goes around the queue beside it.
+ */
+static void
+test_write_beside_running_flush (void)
+{
+  struct queue_config cfg = bypass_config (true);
+  struct test_thread tf = TEST_THREAD_INIT;
+  struct test_rig r;
+  bool ok = CHECK (rig_start (&r, &cfg, 2, true));
+
+  if (ok) {
+    test_backend_block (r.d[0].tb, TB_FLUSH);
+    ok = CHECK (test_thread_start (&tf, flush_job, r.d[0].q) == 0)
+      && CHECK (test_backend_wait_entered (r.d[0].tb, TB_FLUSH, 1))
+      && CHECK (write_block (r.d[0].q, 'w', 9, 0))
+      && CHECK (test_backend_count (r.d[0].tb, TB_PWRITEV) == 1)
+      && CHECK (test_stats (r.d[0].q).bypassed_writes == 1)
+      && CHECK (!test_thread_done (&tf));
+  }
+  test_backend_release (r.d[0].tb, TB_FLUSH);
+  ok = ok && CHECK (test_thread_wait (&tf)) && CHECK (tf.result == 0);
+  test_thread_join (&tf);
+  test_rig_stop (&r);
+  tap_ok (ok, "while a backend flush runs, a write goes around the queue"
+          " beside it");
+}
+
 /* ------------------------------------------------------------ errors */
 
 static void
@@ -352,7 +386,7 @@ test_error_is_the_answer (void)
 int
 main (void)
 {
-  tap_plan (10);
+  tap_plan (11);
   test_random_writes_go_around ();
   test_stream_is_queued ();
   test_full_size_writes_go_around ();
@@ -362,6 +396,7 @@ main (void)
   test_bypass_off (true, false, "a backend that does not write to memory");
   test_overlapping_write_waits ();
   test_no_token_means_queued ();
+  test_write_beside_running_flush ();
   test_error_is_the_answer ();
   return tap_done ();
 }
