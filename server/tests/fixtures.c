@@ -18,6 +18,15 @@
 
 /* ------------------------------------------------------------ waits */
 
+double
+test_now_s (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
 void
 test_sleep_us (uint64_t us)
 {

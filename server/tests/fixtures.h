@@ -23,6 +23,9 @@
 /* Sleeps us microseconds, however often a signal interrupts it. */
 void test_sleep_us (uint64_t us);
 
+/* The monotonic clock in seconds, for durations a test reports. */
+double test_now_s (void);
+
 /* Sleeps one polling step (1 ms). */
 void test_poll_step (void);
 

@@ -38,6 +38,7 @@
 #include "elevator.h"
 #include "extents.h"
 #include "log.h"
+#include "fixtures.h"
 #include "model.h"
 #include "tap.h"
 
@@ -585,15 +586,6 @@ on_model_image (struct harness_params *p, bool fua)
   p->backend.trim = TB_TRIM_PASS;
 }
 
-static double
-now_s (void)
-{
-  struct timespec ts;
-
-  clock_gettime (CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static bool
 model_passed (const struct run_result *r, const char *what, uint64_t seed)
 {
@@ -670,17 +662,17 @@ run_model_cases (void)
   for (size_t i = 0; i < 2; i++) {
     const char *ack = acks[i] == ACK_QUEUED ? "queued" : "dispatched";
     uint64_t held = 0, merged = 0;
-    double start = now_s ();
+    double start = test_now_s ();
     bool ok = test_model_one_client (acks[i]);
 
     tap_ok (ok, "model on an rbd image, ack=%s: one client, %d seeds x %d"
-            " ops (%.1f s)", ack, MODEL_SEEDS, MODEL_OPS, now_s () - start);
-    start = now_s ();
+            " ops (%.1f s)", ack, MODEL_SEEDS, MODEL_OPS, test_now_s () - start);
+    start = test_now_s ();
     ok = test_model_clients (acks[i], &held, &merged);
     tap_ok (ok, "model on an rbd image, ack=%s: %d clients in stripes x %d"
             " ops: %" PRIu64 " waiting writes held behind a busy stream, %"
             PRIu64 " merged (%.1f s)", ack, MODEL_LANES, MODEL_OPS, held,
-            merged, now_s () - start);
+            merged, test_now_s () - start);
   }
   alarm (0);
 }

@@ -46,6 +46,7 @@
 
 #include "elevator.h"
 #include "minmax.h"
+#include "fixtures.h"
 #include "model.h"
 #include "queue.h"
 #include "tap.h"
@@ -79,15 +80,6 @@ static struct {
   bool verbose, shrink;
   unsigned timeout;
 } opt;
-
-static double
-now_s (void)
-{
-  struct timespec ts;
-
-  clock_gettime (CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static uint64_t
 env_u64 (const char *name, uint64_t dflt)
@@ -274,7 +266,7 @@ run_batches (const struct group *g)
     uint64_t first = opt.first_seed + b;
     uint64_t last = first + MIN (opt.seeds - b, (uint64_t) BATCH);
     uint64_t failed = UINT64_MAX;
-    double t0 = now_s ();
+    double t0 = test_now_s ();
 
     /* The first failure ends the batch: its report is the useful one. */
     for (uint64_t s = first; s < last; s++)
@@ -289,7 +281,7 @@ run_batches (const struct group *g)
     else
       tap_ok (true, "%s: seeds %" PRIu64 "..%" PRIu64 ", %" PRIu64
               " ops each (%.1f s)", g->name, first, last - 1, opt.ops,
-              now_s () - t0);
+              test_now_s () - t0);
   }
 }
 
@@ -418,7 +410,7 @@ run_scenario (const struct scenario *sc)
 {
   struct model_op ops[sizeof sc->steps / sizeof sc->steps[0]];
   unsigned failures = 0, runs = 0;
-  double t0 = now_s ();
+  double t0 = test_now_s ();
 
   for (size_t gi = 0; gi < NR_GROUPS; gi++)
     for (enum variant v = 0; v < VARIANTS; v++) {
@@ -435,7 +427,7 @@ run_scenario (const struct scenario *sc)
       }
     }
   tap_ok (failures == 0, "scenario: %s (%u of %u configs failed, %.1f s)",
-          sc->name, failures, runs, now_s () - t0);
+          sc->name, failures, runs, test_now_s () - t0);
 }
 
 /* ------------------------------------------------------------ threads */
@@ -486,7 +478,7 @@ run_threaded_group (const struct group *g)
 {
   uint64_t first = opt.first_seed, last = first + THREAD_SEEDS;
   uint64_t failed = UINT64_MAX;
-  double t0 = now_s ();
+  double t0 = test_now_s ();
 
   threaded_flush_ns_max = 0;
   for (uint64_t s = first; s < last; s++)
@@ -502,7 +494,7 @@ run_threaded_group (const struct group *g)
     tap_ok (true, "threads: %s, %d clients x %" PRIu64 " ops, seeds %"
             PRIu64 "..%" PRIu64 " (%.1f s, slowest FLUSH %.1f ms)",
             g->name, THREAD_LANES, opt.ops, first, last - 1,
-            now_s () - t0, threaded_flush_ns_max / 1e6);
+            test_now_s () - t0, threaded_flush_ns_max / 1e6);
 }
 
 /* ------------------------------------------------------------ stripes */
@@ -552,7 +544,7 @@ run_striped_group (const struct group *g, const struct stripe_mode *m)
   uint64_t first = opt.first_seed, last = first + opt.stripe_seeds;
   uint64_t failed = UINT64_MAX, held = 0, merged = 0;
   bool may_merge = false;
-  double t0 = now_s ();
+  double t0 = test_now_s ();
   char what[96];
 
   snprintf (what, sizeof what, "stripes: %s, FUA %s, %s", g->name,
@@ -587,7 +579,7 @@ run_striped_group (const struct group *g, const struct stripe_mode *m)
           "%s, %d clients x %" PRIu64 " ops, seeds %" PRIu64 "..%" PRIu64
           ": %" PRIu64 " waiting writes held behind a busy stream, %" PRIu64
           " merged (%.1f s)", what, STRIPE_LANES, opt.ops, first, last - 1,
-          held, merged, now_s () - t0);
+          held, merged, test_now_s () - t0);
 }
 
 /* ------------------------------------------------------------ replays */
