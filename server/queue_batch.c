@@ -394,6 +394,24 @@ piece_complete (struct queue *q, const struct batch *b, struct piece *p,
   piece_release (q, p);
 }
 
+/* One backend operation of that kind, carrying `pieces` queued pieces
+ * (or one request that went around the queue), done after took_ns.
+ */
+void
+count_backend_op (struct queue *q, enum op_kind kind, uint64_t bytes,
+                  uint32_t pieces, uint64_t took_ns, int err)
+{
+  struct op_counters *c = &q->stats.op[kind];
+
+  queue_assert_locked (q);
+  c->backend_ops++;
+  c->backend_bytes += bytes;
+  q->stats.requests_dispatched += pieces;
+  latency_record (&q->stats.dispatch_time, took_ns);
+  if (err)
+    c->errors++;
+}
+
 /* The batch is on the backend (or failed).  The caller wakes the
  * waiters, once for however many batches it completed.
  */
@@ -401,20 +419,15 @@ void
 batch_complete (struct queue *q, struct batch *b, int err)
 {
   uint64_t now = b->finished_ns;
-  struct op_counters *c = &q->stats.op[b->kind];
   struct piece *p;
   bool latched = false;
 
   queue_assert_locked (q);
   if (err == ENOMEM && batch_retry_later (q, b, now))
     return;
-  c->backend_ops++;
-  c->backend_bytes += b->bytes;
-  c->merges += b->requests - 1;
-  q->stats.requests_dispatched += b->nr_pieces;
-  latency_record (&q->stats.dispatch_time, now - b->issued_ns);
-  if (err)
-    c->errors++;
+  count_backend_op (q, b->kind, b->bytes, b->nr_pieces, now - b->issued_ns,
+                    err);
+  q->stats.op[b->kind].merges += b->requests - 1;
   while ((p = TAILQ_FIRST (&b->pieces)) != NULL) {
     TAILQ_REMOVE (&b->pieces, p, batch);
     if (p->waiter && b->requests > 1)

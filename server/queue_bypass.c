@@ -133,19 +133,13 @@ write_around (struct backend *be, const void *buf, uint32_t count,
 static void
 count_bypass (struct queue *q, uint32_t count, uint64_t start_ns, int err)
 {
-  struct op_counters *c = &q->stats.op[OP_WRITE];
   uint64_t took = monotonic_ns () - start_ns;
 
   queue_assert_locked (q);
-  c->backend_ops++;
-  c->backend_bytes += count;
-  c->ticks_ms_x1000 += took / 1000;
+  count_backend_op (q, OP_WRITE, count, 1, took, err);
+  q->stats.op[OP_WRITE].ticks_ms_x1000 += took / 1000;
   q->stats.time_in_queue_us += took / 1000;
-  q->stats.requests_dispatched++;
   q->stats.bypassed_writes++;
-  latency_record (&q->stats.dispatch_time, took);
-  if (err)
-    c->errors++;
 }
 
 int

@@ -275,6 +275,8 @@ bool batch_may_grow (struct queue *, struct batch *, const struct piece *);
 bool in_flight_between (struct queue *, uint64_t start, uint64_t end);
 void batch_prepare (struct batch *);
 void batch_complete (struct queue *, struct batch *, int err);
+void count_backend_op (struct queue *, enum op_kind, uint64_t bytes,
+                       uint32_t pieces, uint64_t took_ns, int err);
 struct batch *retry_due (struct queue *);
 uint64_t next_retry_ns (const struct queue *);
 
