@@ -65,8 +65,6 @@ queue_init_fields (struct queue *q, struct backend *backend,
   lock_init (&q->lock);
   cond_init_monotonic (&q->dispatch_wake);
   pthread_cond_init (&q->space, NULL);
-  pthread_cond_init (&q->flushed[0], NULL);
-  pthread_cond_init (&q->flushed[1], NULL);
   RB_INIT (&q->by_offset);
   TAILQ_INIT (&q->by_age);
   RB_INIT (&q->in_flight);
@@ -83,6 +81,7 @@ queue_init_fields (struct queue *q, struct backend *backend,
   q->elevator.by_offset = &q->by_offset;
   q->elevator.by_age = &q->by_age;
   q->flush.next_epoch = 1;
+  TAILQ_INIT (&q->flush.sleepers);
   q->state = QUEUE_IDLE;
   unplug_timer_init (&q->timer, timer_fired, q);
 }
@@ -97,8 +96,6 @@ queue_destroy (struct queue *q)
   lock_destroy (&q->lock);
   pthread_cond_destroy (&q->dispatch_wake);
   pthread_cond_destroy (&q->space);
-  pthread_cond_destroy (&q->flushed[0]);
-  pthread_cond_destroy (&q->flushed[1]);
   free (q->name);
   free (q);
 }
@@ -421,18 +418,21 @@ submit (struct queue *q, struct session *s, const struct piece *r,
   if (p->held_until)
     wait_behind_stream (q, &done);
   if ((flags & REQ_FUA) && !q->writes_carry_fua)
-    err = fua_wait_locked (q, s, &done);
-  else if (wait) {
-    err = wait_dispatched (q, &done);
-    if ((flags & REQ_FUA) && err == 0)
-      err = fua_written_locked (q, s, &done);
+    err = fua_wait_and_unlock (q, s, &done);
+  else if (wait && (err = wait_dispatched (q, &done)) == 0
+           && (flags & REQ_FUA))
+    err = fua_written_and_unlock (q, s, &done);
+  else {
+    if (wait)
+      ;                         /* written, or failed */
+    else if (unplugged)
+      run_queue_here (q, STEPS_HERE, SYNC_ROUND);
+    else if (q->state == QUEUE_RUNNING) /* joined a running queue */
+      run_queue_here (q, 1, HELP_ROUND);
+    lock_release (&q->lock);
   }
-  else if (unplugged)
-    run_queue_here (q, STEPS_HERE, SYNC_ROUND);
-  else if (q->state == QUEUE_RUNNING)   /* joined a running queue */
-    run_queue_here (q, 1, HELP_ROUND);
   pthread_cond_destroy (&done.cond);
-  return queue_release_answer (q, err);
+  return queue_answer (err);
 }
 
 int
@@ -554,7 +554,7 @@ queue_flush_wait (struct queue *q, struct session *s, uint64_t ticket)
   uint64_t start = monotonic_ns ();
 
   lock_acquire (&q->lock);
-  return flush_wait_and_unlock (q, s, ticket, start);
+  return queue_answer (flush_wait_and_unlock (q, s, ticket, start));
 }
 
 /* One disk: no other member to overlap with, so the flushing thread
@@ -567,7 +567,8 @@ queue_flush (struct queue *q, struct session *s)
 
   lock_acquire (&q->lock);
   q->stats.flushes++;
-  return flush_wait_and_unlock (q, s, flush_start_locked (q), start);
+  return queue_answer (flush_wait_and_unlock (q, s, flush_start_locked (q),
+                                              start));
 }
 
 /* ------------------------------------------------------------ life cycle */
@@ -594,9 +595,10 @@ queue_stop (struct queue *q)
   if (q->state == QUEUE_PLUGGED)
     queue_unplug_locked (q, UNPLUG_DRAIN);
   ticket = flush_start_locked (q);
-  if (flush_wait_locked (q, NULL, ticket) != 0)
+  if (flush_wait_and_unlock (q, NULL, ticket, 0) != 0)
     log_error ("%s: data may be lost: the final write-out failed",
                q->name);
+  lock_acquire (&q->lock);
   q->stopping = true;
   pthread_cond_signal (&q->dispatch_wake);
   lock_release (&q->lock);

@@ -261,12 +261,21 @@ take_bypass_token (struct queue *q)
   return true;
 }
 
-/* The last holder out hands what is left to the dispatch thread. */
+/* The last holder out plugs a running queue that should collect again
+ * (as its next step would have), or hands what is left to the dispatch
+ * thread.  A holder may stop between steps (run_queue_here's limit,
+ * run_queue_until_flushed), and a running queue nobody looks at would
+ * keep its pieces until the next arrival.
+ */
 void
 release_token (struct queue *q)
 {
   queue_assert_locked (q);
-  if (--q->holders == 0 && dispatcher_needed (q))
+  if (--q->holders > 0)
+    return;
+  if (q->state == QUEUE_RUNNING && should_replug (q))
+    queue_plug (q);
+  else if (dispatcher_needed (q))
     pthread_cond_signal (&q->dispatch_wake);
 }
 
@@ -297,6 +306,26 @@ wait_or_work (struct queue *q, pthread_cond_t *until)
   queue_assert_locked (q);
   if (!run_queue_here (q, STEPS_HERE, SYNC_ROUND))
     lock_wait (until, &q->lock);
+}
+
+/* run_queue_here for a request waiting for flush epoch ticket: it helps
+ * until that epoch has ended and no longer, so the thread that ran its
+ * flush answers at once and leaves the next flush to others (the
+ * dispatch thread, woken by release_token).  True when it did some of
+ * the work.  May drop q->lock (dispatch_step).
+ */
+bool
+run_queue_until_flushed (struct queue *q, uint64_t ticket)
+{
+  bool worked = false;
+
+  queue_assert_locked (q);
+  if (!take_token (q))
+    return false;
+  while (q->flush.done_epoch < ticket && dispatch_step (q, SYNC_ROUND))
+    worked = true;
+  release_token (q);
+  return worked;
 }
 
 /* ------------------------------------------------------------ the thread */

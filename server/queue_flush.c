@@ -21,9 +21,10 @@
  *               what was answered before it: a writer still waiting for
  *               its own write (ack=dispatched) has not been, and a flush
  *               does not wait for it.
- *   4. ANSWER   every waiter whose ticket <= done_epoch is answered:
- *               all FLUSHes and FUAs that registered before the backend
- *               flush started share it (group commit).
+ *   4. ANSWER   every waiter whose ticket <= done_epoch is answered, by
+ *               the thread that ended the flush: all FLUSHes and FUAs
+ *               that registered before the backend flush started share
+ *               it (group commit).
  *
  * A FUA write is queued like any write (cutting older pieces, so no
  * older write can land over it later), unplugs (sync trigger), and goes
@@ -41,7 +42,9 @@
  */
 #include <config.h>
 
+#include <assert.h>
 #include <errno.h>
+#include <semaphore.h>
 #include <string.h>
 
 #include "log.h"
@@ -118,8 +121,80 @@ flush_start_locked (struct queue *q)
   return q->flush.next_epoch;
 }
 
-/* Step 4: waits for the ticket's epoch; 0 or an errno.  Drops q->lock
- * while it sleeps, and may write the queue out itself (wait_or_work).
+/* A request asleep until the backend flush of its ticket has ended.
+ * Whoever ends that flush answers it under q->lock (flush_answer) and
+ * wakes it by its own semaphore, so the woken request goes straight to
+ * its reply: a group commit of a dozen FUA writes would otherwise wake
+ * a dozen threads to queue up on q->lock one after the other.
+ */
+struct flush_waiter {
+  TAILQ_ENTRY (flush_waiter) link;
+  uint64_t ticket;
+  struct session *session;
+  uint64_t start_ns;            /* a FLUSH request's arrival, else 0 */
+  int err;                      /* the answer */
+  sem_t answered;
+};
+
+/* The answer to a ticket whose epoch has ended: 0 or an errno. */
+static int
+flush_answer (struct queue *q, struct session *s, uint64_t ticket,
+              uint64_t start_ns)
+{
+  int err, latched;
+
+  queue_assert_locked (q);
+  assert (q->flush.done_epoch >= ticket);
+  err = q->flush.failed_epoch >= ticket ? q->flush.failed_errno : 0;
+  /* Taken even when the flush failed: that answer tells this session. */
+  latched = take_latched_error (q, s);
+  if (start_ns)
+    latency_record (&q->stats.flush_time, monotonic_ns () - start_ns);
+  return err ? err : latched;
+}
+
+/* Step 4 for the sleepers whose epoch has ended. */
+static void
+answer_sleepers (struct queue *q)
+{
+  struct flush_waiter *w, *next;
+
+  queue_assert_locked (q);
+  for (w = TAILQ_FIRST (&q->flush.sleepers); w != NULL; w = next) {
+    next = TAILQ_NEXT (w, link);
+    if (w->ticket > q->flush.done_epoch)
+      continue;
+    TAILQ_REMOVE (&q->flush.sleepers, w, link);
+    w->err = flush_answer (q, w->session, w->ticket, w->start_ns);
+    sem_post (&w->answered);
+  }
+}
+
+/* Sleeps until answer_sleepers answers the ticket.  q->lock held on
+ * entry, released on return.
+ */
+static int
+sleep_until_answered (struct queue *q, struct session *s, uint64_t ticket,
+                      uint64_t start_ns)
+{
+  struct flush_waiter w = {
+    .ticket = ticket, .session = s, .start_ns = start_ns,
+  };
+
+  queue_assert_locked (q);
+  sem_init (&w.answered, 0, 0);
+  TAILQ_INSERT_TAIL (&q->flush.sleepers, &w, link);
+  lock_release (&q->lock);
+  while (sem_wait (&w.answered) == -1)
+    assert (errno == EINTR);
+  sem_destroy (&w.answered);
+  return w.err;
+}
+
+/* Step 4: waits for the ticket's epoch, helping to write the queue out
+ * while it can (run_queue_until_flushed), then asleep.  Returns 0 or an errno;
+ * q->lock held on entry, released on return.  start_ns, when not 0, is
+ * a FLUSH request's arrival, for its latency.
  *
  * Not woken by every written batch: a FUA stream keeps a dozen threads
  * here, and waking them all for each batch costs context switches.
@@ -127,59 +202,53 @@ flush_start_locked (struct queue *q)
  * flush about.
  */
 int
-flush_wait_locked (struct queue *q, struct session *s, uint64_t ticket)
-{
-  int err, latched;
-
-  queue_assert_locked (q);
-  while (q->flush.done_epoch < ticket)
-    wait_or_work (q, &q->flushed[ticket % 2]);
-  err = q->flush.failed_epoch >= ticket ? q->flush.failed_errno : 0;
-  /* Taken even when the flush failed: that answer tells this session. */
-  latched = take_latched_error (q, s);
-  return err ? err : latched;
-}
-
-/* A FUA request, queued with done as its waiter: the flush sequence
- * from step 1 covers it.  0, or its own write-out's errno before the
- * flush's.  Drops q->lock while it waits.
- */
-int
-fua_wait_locked (struct queue *q, struct session *s, struct completion *done)
+flush_wait_and_unlock (struct queue *q, struct session *s, uint64_t ticket,
+                       uint64_t start_ns)
 {
   int err;
 
   queue_assert_locked (q);
-  err = flush_wait_locked (q, s, flush_start_locked (q));
+  while (q->flush.done_epoch < ticket)
+    if (!run_queue_until_flushed (q, ticket))
+      return sleep_until_answered (q, s, ticket, start_ns);
+  err = flush_answer (q, s, ticket, start_ns);
+  lock_release (&q->lock);
+  return err;
+}
+
+/* A FUA request, queued with done as its waiter: the flush sequence
+ * from step 1 covers it.  0, or its own write-out's errno before the
+ * flush's.  q->lock held on entry, released on return.  done->err is
+ * final by then: the flush waited for the write.
+ */
+int
+fua_wait_and_unlock (struct queue *q, struct session *s,
+                     const struct completion *done)
+{
+  int err;
+
+  queue_assert_locked (q);
+  err = flush_wait_and_unlock (q, s, flush_start_locked (q), 0);
   return done->err ? done->err : err;
 }
 
 /* A FUA request whose pieces are all written (writes_carry_fua): durable
  * already if each went out with FUA; one superseded by a newer write, or
- * written without FUA, takes the flush sequence.  0 or an errno.  May
- * drop q->lock (flush_wait_locked).
+ * written without FUA, takes the flush sequence.  0 or an errno.  q->lock
+ * held on entry, released on return.
  */
 int
-fua_written_locked (struct queue *q, struct session *s,
-                    const struct completion *done)
+fua_written_and_unlock (struct queue *q, struct session *s,
+                        const struct completion *done)
 {
+  int err;
+
   queue_assert_locked (q);
   if (done->needs_flush)
-    return flush_wait_locked (q, s, flush_start_locked (q));
-  return take_latched_error (q, s);
-}
-
-/* Step 4 for a FLUSH request, counted.  q->lock held on entry, released
- * on return.
- */
-int
-flush_wait_and_unlock (struct queue *q, struct session *s, uint64_t ticket,
-                       uint64_t start_ns)
-{
-  int err = flush_wait_locked (q, s, ticket);
-
-  latency_record (&q->stats.flush_time, monotonic_ns () - start_ns);
-  return queue_release_answer (q, err);
+    return flush_wait_and_unlock (q, s, flush_start_locked (q), 0);
+  err = take_latched_error (q, s);
+  lock_release (&q->lock);
+  return err;
 }
 
 /* ------------------------------------------------------------ the flush */
@@ -252,5 +321,5 @@ backend_flush_locked (struct queue *q)
                " connection's next flush)", q->name, strerror (err));
   }
   q->flush.done_epoch = epoch;
-  pthread_cond_broadcast (&q->flushed[epoch % 2]);
+  answer_sleepers (q);
 }

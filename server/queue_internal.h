@@ -58,6 +58,9 @@ enum plug_state {
   QUEUE_RUNNING,
 };
 
+struct flush_waiter;            /* queue_flush.c */
+TAILQ_HEAD (flush_sleepers, flush_waiter);
+
 struct flush_state {
   bool wanted;
   bool running;                 /* a backend flush is in progress */
@@ -66,6 +69,10 @@ struct flush_state {
   uint64_t done_epoch;          /* the last backend flush finished */
   uint64_t failed_epoch;        /* the last backend flush that failed */
   int failed_errno;
+  /* Requests asleep until their epoch ends, answered (and woken one by
+   * one) by the thread that ends it.
+   */
+  struct flush_sleepers sleepers;
 };
 
 /* Write-back errors of answered writes, as the kernel's errseq_t. */
@@ -143,11 +150,6 @@ struct queue {
   pthread_cond_t dispatch_wake; /* the dispatch thread sleeps here */
   pthread_cond_t space;         /* full_waiters sleep here, woken one at a
                                  * time as batches complete */
-  /* A backend flush finished: waiters for epoch e sleep on
-   * flushed[e % 2], so the end of one epoch wakes only its own waiters
-   * and not those already registered for the next.
-   */
-  pthread_cond_t flushed[2];
 
   struct piece_tree by_offset;
   struct piece_list by_age;
@@ -199,16 +201,23 @@ struct queue {
   } reads;
 };
 
-/* Releases q->lock and answers a request: 0, or -1 with errno err. */
+/* A request's answer: 0, or -1 with errno err. */
 static inline int
-queue_release_answer (struct queue *q, int err)
+queue_answer (int err)
 {
-  lock_release (&q->lock);
   if (err) {
     errno = err;
     return -1;
   }
   return 0;
+}
+
+/* Releases q->lock and answers a request. */
+static inline int
+queue_release_answer (struct queue *q, int err)
+{
+  lock_release (&q->lock);
+  return queue_answer (err);
 }
 
 /* queue.c */
@@ -234,12 +243,12 @@ int cut_overlaps (struct queue *, uint64_t offset, uint64_t end);
 
 /* queue_flush.c */
 uint64_t flush_start_locked (struct queue *);
-int flush_wait_locked (struct queue *, struct session *, uint64_t ticket);
-int fua_wait_locked (struct queue *, struct session *, struct completion *);
-int fua_written_locked (struct queue *, struct session *,
-                        const struct completion *);
 int flush_wait_and_unlock (struct queue *, struct session *, uint64_t ticket,
                            uint64_t start_ns);
+int fua_wait_and_unlock (struct queue *, struct session *,
+                         const struct completion *);
+int fua_written_and_unlock (struct queue *, struct session *,
+                            const struct completion *);
 bool flush_covers (const struct queue *, const struct piece *);
 bool flush_due (const struct queue *);
 void backend_flush_locked (struct queue *);
@@ -344,6 +353,7 @@ void queue_kick_dispatcher (struct queue *);
 bool take_bypass_token (struct queue *);
 void release_token (struct queue *);
 bool run_queue_here (struct queue *, int steps, unsigned round);
+bool run_queue_until_flushed (struct queue *, uint64_t ticket);
 void wait_or_work (struct queue *, pthread_cond_t *until);
 int dispatch_thread_start (struct queue *);
 

@@ -587,6 +587,47 @@ test_flush_covers_superseding_write (void)
           MODE);
 }
 
+/* A write that arrives while the FLUSH's own thread writes the queue out
+ * is newer than the FLUSH and none of its business: once its flush is
+ * done the thread answers, and the write is left plugged under the
+ * unplug timer, not in a running queue nobody looks at.
+ */
+static void
+test_write_behind_flush_left_plugged (void)
+{
+  struct queue_config cfg = test_config (HOUR, 1000);
+  struct flush_job f = { .s = NULL };
+  struct test_thread t = TEST_THREAD_INIT;
+  struct queue_stats s;
+  struct test_rig r;
+  bool ok;
+
+  ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
+  f.q = r.d[0].q;
+  ok = ok && CHECK (test_write_fill (f.q, NULL, 'a', 4 * KiB, 0, 0) == 0);
+  if (ok)
+    test_backend_block (r.d[0].tb, TB_PWRITEV);
+  /* The FLUSH writes 'a' out itself and is held in the backend ... */
+  ok = ok && CHECK (test_thread_start (&t, flush_job_run, &f) == 0)
+    && CHECK (test_backend_wait_entered (r.d[0].tb, TB_PWRITEV, 1));
+  /* ... while 'b' arrives and is queued behind it. */
+  ok = ok && CHECK (test_write_fill (f.q, NULL, 'b', 4 * KiB, MiB, 0) == 0);
+  test_backend_release (r.d[0].tb, TB_PWRITEV);
+  ok = ok && CHECK (test_thread_wait (&t) && t.result == 0);
+  if (ok) {
+    s = test_stats (f.q);
+    ok = CHECK (s.backend_flushes == 1) && CHECK (s.queued_requests == 1)
+      && CHECK (s.plugs == 2)
+      && CHECK (test_backend_count (r.d[0].tb, TB_PWRITEV) == 1);
+  }
+  test_thread_join (&t);
+  ok = ok && CHECK (queue_flush (f.q, NULL) == 0)
+    && CHECK (test_backend_holds (r.d[0].tb, 'b', 4 * KiB, MiB));
+  test_rig_stop (&r);
+  tap_ok (ok, "a write queued while the FLUSH's thread writes the queue out"
+          " is left plugged when the flush is done%s", MODE);
+}
+
 /* Unload drains: queue_stop writes everything out. */
 static void
 test_drain (void)
@@ -2166,6 +2207,7 @@ static void (*const every_mode[]) (void) = {
   test_full_queue,
   test_queue_requests,
   test_flush_covers_superseding_write,
+  test_write_behind_flush_left_plugged,
   test_drain,
   test_merge,
   test_thresh_one_never_merges,
