@@ -446,9 +446,9 @@ queue_pwrite (struct queue *q, struct session *s, const void *buf,
   if (count == 0)
     return 0;
   /* Only a hint without the lock: bypass_write decides under it. */
-  if (q->bypass && !(flags & REQ_FUA)
+  if (q->bypass
       && atomic_load_explicit (&q->pieces_present, memory_order_relaxed) == 0) {
-    int answer = bypass_write (q, s, buf, count, offset);
+    int answer = bypass_write (q, s, buf, count, offset, flags);
 
     if (answer != BYPASS_DECLINED)
       return answer;

@@ -13,19 +13,23 @@
  * A write goes around the queue (bypass_allowed) when:
  *   - the disk has bypass=auto (the default) and a backend that writes
  *     to memory, synchronously, at any alignment (q->bypass);
- *   - it is not FUA: FUA writes share backend flushes in the queue
- *     (group commit), which is what makes them cheap;
  *   - nothing is queued or in flight through the queue, so no older
  *     piece holds any of its bytes and nothing waits to go before it;
- *   - a dispatch token is free and no FLUSH waits to start
- *     (take_bypass_token): the writer holds it while it writes, so the
- *     backend never sees more than max_writers writers, and a FLUSH is
- *     never kept waiting by writes that keep arriving;
+ *   - a dispatch token is free and no FLUSH waits to start while no
+ *     backend flush runs (take_bypass_token): the writer holds it while
+ *     it writes, so the backend never sees more than max_writers
+ *     writers, and a FLUSH is never kept waiting by writes that keep
+ *     arriving;
  *   - no other write going around the queue touches its bytes: two
  *     writes over the same bytes are never on the backend at once;
  *   - it does not start where one of the last RECENT_ENDS writes ended,
  *     unless it is max-merge bytes or more: a sequential stream is what
  *     the queue merges, so from its second write on it is queued.
+ *
+ * A FUA write goes around the same way and then, once written, takes a
+ * ticket for the next backend flush (queue_flush.c, step 1), which it
+ * shares with every FLUSH and FUA waiting then: group commit is in the
+ * flush, not in the write.
  *
  * What stays true: the write is answered only once it is on the backend
  * (more than ack=queued promises), so every FLUSH answered after it
@@ -144,7 +148,7 @@ count_bypass (struct queue *q, uint32_t count, uint64_t start_ns, int err)
 
 int
 bypass_write (struct queue *q, struct session *s, const void *buf,
-              uint32_t count, uint64_t offset)
+              uint32_t count, uint64_t offset, unsigned flags)
 {
   struct op_counters *c = &q->stats.op[OP_WRITE];
   uint64_t start_ns;
@@ -161,6 +165,8 @@ bypass_write (struct queue *q, struct session *s, const void *buf,
   note_write_end (q, offset + count);
   c->requests++;
   c->request_bytes += count;
+  if (flags & REQ_FUA)
+    q->stats.fua_requests++;
   lock_release (&q->lock);
 
   start_ns = monotonic_ns ();
@@ -170,5 +176,8 @@ bypass_write (struct queue *q, struct session *s, const void *buf,
   count_bypass (q, count, start_ns, err);
   release_slot (q, slot);
   release_token (q);
+  if (err == 0 && (flags & REQ_FUA))
+    return queue_answer (flush_wait_and_unlock (q, s, flush_start_locked (q),
+                                                0));
   return queue_release_answer (q, err);
 }

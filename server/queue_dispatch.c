@@ -249,13 +249,16 @@ take_token (struct queue *q)
  * start, which needs every holder gone: writers arriving all the time
  * could keep it waiting for ever.  While a backend flush runs, writes
  * the FLUSH need not cover may run beside it, as writers still waiting
- * for their answer do.
+ * for their answer do, even when the next FLUSH is already wanted: that
+ * one cannot start before the running one ends, and then no new token
+ * is given until it has.
  */
 bool
 take_bypass_token (struct queue *q)
 {
   queue_assert_locked (q);
-  if (q->holders >= q->max_holders || q->flush.wanted || q->stopping)
+  if (q->holders >= q->max_holders || q->stopping
+      || (q->flush.wanted && !q->flush.running))
     return false;
   q->holders++;
   return true;

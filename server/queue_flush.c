@@ -28,7 +28,8 @@
  *
  * A FUA write is queued like any write (cutting older pieces, so no
  * older write can land over it later), unplugs (sync trigger), and goes
- * through the same sequence from step 1.  On a queue whose writes carry
+ * through the same sequence from step 1; one that goes around the queue
+ * (queue_bypass.c) starts at step 1 once it is written.  On a queue whose writes carry
  * FUA (an asynchronous backend with FUA), its batch goes out with FUA
  * instead, and only a FUA piece that was superseded before it went out
  * takes the sequence (fua_written_locked).

@@ -367,7 +367,7 @@ int dispatch_thread_start (struct queue *);
  * done, when it must be queued.
  */
 int bypass_write (struct queue *, struct session *, const void *buf,
-                  uint32_t count, uint64_t offset);
+                  uint32_t count, uint64_t offset, unsigned flags);
 bool bypass_overlaps (const struct queue *, uint64_t start, uint64_t end);
 void note_write_end (struct queue *, uint64_t end);
 

@@ -4,9 +4,12 @@
  *  - A write nothing can merge with goes to the backend at once, from
  *    the request's own thread, even behind an hour's unplug delay, and
  *    is counted as bypassed.
+ *  - FUA writes go around too, and are answered after a backend flush
+ *    begun once they were written; those written while a flush runs
+ *    share the next one.
  *  - What the queue is for still takes it: the second write of a
- *    sequential stream (and everything behind it), FUA writes, any
- *    write while something is queued, every write with bypass=never or
+ *    sequential stream (and everything behind it), any write while
+ *    something is queued, every write with bypass=never or
  *    on a backend that does not write to memory.  A write of max-merge
  *    bytes or more goes around even when it continues a stream.
  *  - Ordering: a write over bytes another write is taking around the
@@ -170,26 +173,65 @@ test_full_size_writes_go_around (void)
           " continue each other");
 }
 
-/* ------------------------------------------------------------ queued */
+/* ------------------------------------------------------------ FUA */
 
+/* FUA writes go around too, and are answered only after a backend
+ * flush that began once they were written; those arriving while a flush
+ * runs share the next one (group commit).
+ */
 static void
-test_fua_is_queued (void)
+test_fua_goes_around_then_flushes (void)
 {
   struct queue_config cfg = bypass_config (true);
+  struct test_write_job j[3];
+  struct test_thread t[3] = { TEST_THREAD_INIT, TEST_THREAD_INIT,
+                              TEST_THREAD_INIT };
   struct test_rig r;
   struct queue_stats st;
-  bool ok = CHECK (rig_start (&r, &cfg, 1, true))
-    && CHECK (write_block (r.d[0].q, 'f', 3, REQ_FUA));
+  bool ok = CHECK (rig_start (&r, &cfg, 4, true));
 
+  for (int i = 0; i < 3; i++)
+    j[i] = (struct test_write_job) { r.d[0].q, 'a' + i, BLOCK,
+                                     (uint64_t) i * 4 * BLOCK, REQ_FUA };
+  if (ok) {
+    test_backend_block (r.d[0].tb, TB_FLUSH);
+    ok = CHECK (test_thread_start (&t[0], test_write_job_run, &j[0]) == 0)
+      && CHECK (test_backend_wait_entered (r.d[0].tb, TB_FLUSH, 1))
+      && CHECK (test_backend_count (r.d[0].tb, TB_PWRITEV) == 1)
+      && CHECK (!test_thread_done (&t[0]));
+  }
+  /* Two more while the first flush is held: written around it, then
+   * both wait for the next one.
+   */
+  for (int i = 1; ok && i < 3; i++)
+    ok = CHECK (test_thread_start (&t[i], test_write_job_run, &j[i]) == 0)
+      && CHECK (test_backend_wait_count (r.d[0].tb, TB_PWRITEV, i + 1));
+  if (ok) {
+    test_backend_step (r.d[0].tb, TB_FLUSH, 1);
+    ok = CHECK (test_thread_wait (&t[0])) && CHECK (t[0].result == 0)
+      && CHECK (test_backend_wait_entered (r.d[0].tb, TB_FLUSH, 2))
+      && CHECK (!test_thread_done (&t[1])) && CHECK (!test_thread_done (&t[2]));
+  }
+  test_backend_release (r.d[0].tb, TB_FLUSH);
+  for (int i = 0; i < 3; i++) {
+    ok = ok && CHECK (test_thread_wait (&t[i])) && CHECK (t[i].result == 0);
+    test_thread_join (&t[i]);
+  }
   if (ok) {
     st = test_stats (r.d[0].q);
-    ok = CHECK (st.bypassed_writes == 0) && CHECK (st.fua_requests == 1)
-      && CHECK (test_backend_count (r.d[0].tb, TB_FLUSH) == 1)
-      && CHECK (test_backend_holds (r.d[0].tb, 'f', BLOCK, 3 * BLOCK));
+    ok = CHECK (st.bypassed_writes == 3) && CHECK (st.fua_requests == 3)
+      && CHECK (st.backend_flushes == 2)
+      && CHECK (test_backend_count (r.d[0].tb, TB_FLUSH) == 2);
   }
+  for (int i = 0; ok && i < 3; i++)
+    ok = CHECK (test_backend_holds (r.d[0].tb, 'a' + i, BLOCK,
+                                    (uint64_t) i * 4 * BLOCK));
   test_rig_stop (&r);
-  tap_ok (ok, "a FUA write takes the queue and its flush");
+  tap_ok (ok, "FUA writes go around the queue, are answered after a flush"
+          " begun once they were written, and share it");
 }
+
+/* ------------------------------------------------------------ queued */
 
 /* With the stream's second write queued, a random write is queued too:
  * nothing goes around a non-empty queue.
@@ -390,7 +432,7 @@ main (void)
   test_random_writes_go_around ();
   test_stream_is_queued ();
   test_full_size_writes_go_around ();
-  test_fua_is_queued ();
+  test_fua_goes_around_then_flushes ();
   test_nothing_around_a_queue ();
   test_bypass_off (false, true, "bypass=never");
   test_bypass_off (true, false, "a backend that does not write to memory");
