@@ -339,7 +339,7 @@ insert_piece (struct queue *q, struct session *s, const struct piece *r,
     return NULL;
   }
   *p = *r;
-  error_cursor (q, s);          /* this session now has writes here */
+  session_writes_here (q, s);
   p->seq = ++q->next_seq;
   /* The flush that covered what p replaced now waits for p. */
   if (cut & CUT_COVERED)

@@ -161,7 +161,7 @@ bypass_write (struct queue *q, struct session *s, const void *buf,
     return BYPASS_DECLINED;
   }
   slot = claim_slot (q, count, offset);
-  error_cursor (q, s);          /* this session now has writes here */
+  session_writes_here (q, s);
   note_write_end (q, offset + count);
   c->requests++;
   c->request_bytes += count;

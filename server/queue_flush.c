@@ -59,7 +59,7 @@
  * existed at the latest error is told of it, and one opened later only
  * if nobody has been yet (as errseq_sample does at open).
  */
-uint64_t *
+static uint64_t *
 error_cursor (struct queue *q, struct session *s)
 {
   uint64_t *slot = session_slot (s, q->index);
@@ -73,6 +73,19 @@ error_cursor (struct queue *q, struct session *s)
       ? q->error.seq - 1 : q->error.seq;
   }
   return slot;
+}
+
+/* A session writes to this disk: from now on it hears of the disk's
+ * write-back errors.  Before the first error there is nothing to note:
+ * a cursor first set after it, for a session that existed then, tells
+ * the session just as one set now would.
+ */
+void
+session_writes_here (struct queue *q, struct session *s)
+{
+  queue_assert_locked (q);
+  if (q->error.seq > 0)
+    error_cursor (q, s);
 }
 
 void
@@ -90,11 +103,12 @@ latch_error (struct queue *q, int errnum)
 static int
 take_latched_error (struct queue *q, struct session *s)
 {
-  uint64_t *cursor = error_cursor (q, s);
+  uint64_t *cursor;
 
   queue_assert_locked (q);
   if (q->error.seq == 0)
     return 0;
+  cursor = error_cursor (q, s);
   if (cursor == NULL) {         /* no session: report what nobody saw */
     if (q->error.seen)
       return 0;

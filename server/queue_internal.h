@@ -252,7 +252,7 @@ int fua_written_and_unlock (struct queue *, struct session *,
 bool flush_covers (const struct queue *, const struct piece *);
 bool flush_due (const struct queue *);
 void backend_flush_locked (struct queue *);
-uint64_t *error_cursor (struct queue *, struct session *);
+void session_writes_here (struct queue *, struct session *);
 void latch_error (struct queue *, int errnum);
 
 /* queue_read.c */
