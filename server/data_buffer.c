@@ -139,8 +139,36 @@ data_buffer_new (const void *src, uint32_t size, uint32_t align,
   memcpy (b->data, src, size);
   atomic_init (&b->refs, 1);
   b->size = size;
+  /* A spare of a disk with aligned buffers must not grow: its data
+   * would no longer end on the alignment the backend needs.
+   */
+  b->room = small && align <= 1 ? DATA_BUFFER_SMALL : size;
   b->spares = small ? spares : NULL;
   return b;
+}
+
+struct data_buffer *
+data_buffer_new_room (const void *src, uint32_t size, uint32_t room)
+{
+  struct data_buffer *b;
+
+  if (room < size)
+    room = size;
+  if ((b = buffer_alloc (room, 1, NULL)) == NULL)
+    return NULL;
+  memcpy (b->data, src, size);
+  atomic_init (&b->refs, 1);
+  b->size = size;
+  b->room = room;
+  b->spares = NULL;
+  return b;
+}
+
+void
+data_buffer_append (struct data_buffer *b, const void *src, uint32_t count)
+{
+  memcpy (b->data + b->size, src, count);
+  b->size += count;
 }
 
 struct data_buffer *

@@ -4,6 +4,10 @@
  * the write shares, that readers overlay without copying it under the
  * queue lock, and that a merged backend write points its vector at.  The
  * last reference frees it, in whichever thread drops it.
+ *
+ * A buffer may have room past its data: the next write of a sequential
+ * stream is appended there (data_buffer_append) instead of getting a
+ * buffer and a piece of its own.
  */
 #ifndef PLUGQ_DATA_BUFFER_H
 #define PLUGQ_DATA_BUFFER_H
@@ -40,7 +44,8 @@ void data_buffer_spares_init (struct data_buffer_spares *);
 
 struct data_buffer {
   _Atomic uint32_t refs;
-  uint32_t size;
+  uint32_t size;                /* bytes of data */
+  uint32_t room;                /* bytes data has room for */
   size_t mapped_size;           /* data is a mapping from pool, or 0 */
   struct buffer_pool *pool;
   struct data_buffer_spares *spares; /* a small buffer goes back here */
@@ -57,6 +62,23 @@ struct data_buffer *data_buffer_new (const void *src, uint32_t size,
                                      uint32_t align,
                                      struct buffer_pool *pool,
                                      struct data_buffer_spares *spares);
+/* A copy of src with room for `room` bytes in all (at least size), for
+ * data_buffer_append to add to.  From the heap, unaligned.
+ */
+struct data_buffer *data_buffer_new_room (const void *src, uint32_t size,
+                                          uint32_t room);
+/* Whether count more bytes fit after b's data. */
+static inline bool
+data_buffer_fits (const struct data_buffer *b, uint32_t count)
+{
+  return b->room - b->size >= count;
+}
+/* Adds count bytes of src after b's data (data_buffer_fits).  The caller
+ * serializes appends to b; holders of other references read only bytes
+ * that were there when they took them, which this never touches.
+ */
+void data_buffer_append (struct data_buffer *b, const void *src,
+                         uint32_t count);
 struct data_buffer *data_buffer_get (struct data_buffer *);
 /* Drops a reference; NULL is ignored. */
 void data_buffer_put (struct data_buffer *);

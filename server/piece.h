@@ -60,6 +60,10 @@ struct piece {
    * 0 when it may go at once.
    */
   uint64_t held_until;
+  /* Requests appended to it after its own (queue_stream.c), each a
+   * merge: they count as queued requests while it is queued.
+   */
+  uint32_t appended;
 };
 
 RB_HEAD (piece_tree, piece);

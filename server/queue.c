@@ -212,7 +212,7 @@ after_insert (struct queue *q, bool waiter)
   if (waiter)
     queue_unplug_locked (q, UNPLUG_SYNC);
   else if (q->state == QUEUE_PLUGGED
-           && (q->nr_queued >= q->cfg.unplug_thresh
+           && (queued_requests (q) >= q->cfg.unplug_thresh
                || q->queued_bytes >= q->merge_limit))
     queue_unplug_locked (q, UNPLUG_THRESHOLD);
   else
@@ -353,6 +353,7 @@ insert_piece (struct queue *q, struct session *s, const struct piece *r,
   if (flags & REQ_FUA)
     q->stats.fua_requests++;
   queue_link (q, p, NULL);
+  note_newest_piece (q, p);
   if (behind_busy_stream (q, p)) {
     p->held_until = q->batches_done + 1;
     q->stats.waits_behind_stream++;
@@ -391,6 +392,20 @@ wait_dispatched (struct queue *q, struct completion *done)
   return done->err;
 }
 
+/* A request that waits for nothing helps write out the queue its
+ * arrival unplugged, or a little of a running queue it joined.  May drop
+ * q->lock (run_queue_here).
+ */
+static void
+help_after_queueing (struct queue *q, bool unplugged)
+{
+  queue_assert_locked (q);
+  if (unplugged)
+    run_queue_here (q, STEPS_HERE, SYNC_ROUND);
+  else if (q->state == QUEUE_RUNNING)   /* joined a running queue */
+    run_queue_here (q, 1, HELP_ROUND);
+}
+
 /* Queues the request r (unlocked on entry; r's buffer, if any, passes
  * to the queue) and waits as the ack mode and FUA say.
  */
@@ -423,16 +438,32 @@ submit (struct queue *q, struct session *s, const struct piece *r,
            && (flags & REQ_FUA))
     err = fua_written_and_unlock (q, s, &done);
   else {
-    if (wait)
-      ;                         /* written, or failed */
-    else if (unplugged)
-      run_queue_here (q, STEPS_HERE, SYNC_ROUND);
-    else if (q->state == QUEUE_RUNNING) /* joined a running queue */
-      run_queue_here (q, 1, HELP_ROUND);
+    if (!wait)
+      help_after_queueing (q, unplugged);
     lock_release (&q->lock);
   }
   pthread_cond_destroy (&done.cond);
   return queue_answer (err);
+}
+
+/* A write the newest queued piece looked able to take (append_may_fit):
+ * appended and answered, or APPEND_DECLINED with nothing done.
+ */
+#define APPEND_DECLINED 1
+
+static int
+submit_append (struct queue *q, struct session *s, const void *buf,
+               uint32_t count, uint64_t offset)
+{
+  bool appended;
+
+  lock_acquire (&q->lock);
+  wait_for_space (q, count);
+  appended = append_to_stream (q, s, buf, count, offset);
+  if (appended)
+    help_after_queueing (q, after_insert (q, false));
+  lock_release (&q->lock);
+  return appended ? 0 : APPEND_DECLINED;
 }
 
 int
@@ -440,6 +471,7 @@ queue_pwrite (struct queue *q, struct session *s, const void *buf,
               uint32_t count, uint64_t offset, unsigned flags)
 {
   struct piece r;
+  uint32_t room;
 
   if (queue_check_range (q, count, offset) == -1)
     return -1;
@@ -453,9 +485,14 @@ queue_pwrite (struct queue *q, struct session *s, const void *buf,
     if (answer != BYPASS_DECLINED)
       return answer;
   }
+  if (append_may_fit (q, offset, flags)
+      && submit_append (q, s, buf, count, offset) == 0)
+    return 0;
   piece_init (q, &r, OP_WRITE, count, offset, flags);
-  r.buf = data_buffer_new (buf, count, q->backend->buffer_align, q->buffers,
-                           &q->spare_buffers);
+  room = stream_room (q, count, offset, flags);
+  r.buf = room ? data_buffer_new_room (buf, count, room)
+    : data_buffer_new (buf, count, q->backend->buffer_align, q->buffers,
+                       &q->spare_buffers);
   if (r.buf == NULL) {
     errno = ENOMEM;
     return -1;
@@ -629,7 +666,7 @@ queue_stats_snapshot (struct queue *q, struct queue_stats *out)
 
   lock_acquire (&q->lock);
   *out = q->stats;
-  out->queued_requests = q->nr_queued;
+  out->queued_requests = queued_requests (q);
   out->queued_bytes = q->queued_bytes;
   lock_release (&q->lock);
   r->requests = r->backend_ops = atomic_load (&q->reads.requests);

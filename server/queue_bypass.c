@@ -62,26 +62,6 @@ bypass_overlaps (const struct queue *q, uint64_t start, uint64_t end)
   return false;
 }
 
-/* Remembers where a write ends, whichever way it goes. */
-void
-note_write_end (struct queue *q, uint64_t end)
-{
-  queue_assert_locked (q);
-  q->recent_ends[q->recent_next++ % RECENT_ENDS] = end;
-}
-
-/* Nothing ends at 0, which is also what a slot not yet used holds. */
-static bool
-continues_recent_write (const struct queue *q, uint64_t offset)
-{
-  if (offset == 0)
-    return false;
-  for (unsigned i = 0; i < RECENT_ENDS; i++)
-    if (q->recent_ends[i] == offset)
-      return true;
-  return false;
-}
-
 static bool
 bypass_allowed (struct queue *q, uint64_t count, uint64_t offset)
 {

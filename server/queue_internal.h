@@ -15,6 +15,8 @@
  *                    the dispatch thread
  *   queue_bypass.c   writes that go around the queue: on a backend that
  *                    writes to memory, one nothing can merge with
+ *   queue_stream.c   sequential streams: telling them, and appending
+ *                    their writes to the newest queued piece
  *
  * Locking: every field below is protected by q->lock unless it says
  * otherwise.  A helper that needs the lock starts with
@@ -167,7 +169,12 @@ struct queue {
   struct batch *spare_batches;  /* finished, for the next to reuse */
   struct batch *retrying;       /* in flight, waiting to be tried again */
   struct elevator_state elevator;
-  uint32_t nr_queued;
+  uint32_t nr_queued;           /* pieces */
+  uint32_t appended_requests;   /* appended to queued pieces */
+  /* The end of the newest queued piece while writes may be appended to
+   * it, else 0; changed under the lock, read without it as a hint.
+   */
+  _Atomic uint64_t append_end;
   uint64_t queued_bytes;
   uint64_t next_seq;
 
@@ -181,7 +188,7 @@ struct queue {
    */
   struct { uint64_t start, end; } bypassing[BYPASS_SLOTS];
   unsigned nr_bypassing;
-  uint64_t recent_ends[RECENT_ENDS];
+  _Atomic uint64_t recent_ends[RECENT_ENDS]; /* changed under the lock */
   unsigned recent_next;
   bool stopping;
 
@@ -200,6 +207,13 @@ struct queue {
     _Atomic uint64_t requests, bytes, ticks_us, errors;
   } reads;
 };
+
+/* Requests queued: pieces, and the requests appended to them. */
+static inline uint32_t
+queued_requests (const struct queue *q)
+{
+  return q->nr_queued + q->appended_requests;
+}
 
 /* A request's answer: 0, or -1 with errno err. */
 static inline int
@@ -235,6 +249,7 @@ void piece_gone (struct queue *, const struct piece *);
 void pieces_free (struct queue *);
 void queue_link (struct queue *, struct piece *, struct piece *after);
 void queue_unlink (struct queue *, struct piece *);
+void piece_grow (struct queue *, struct piece *, uint32_t count);
 struct piece *first_reaching (struct piece_tree *, uint64_t offset);
 /* What cut_overlaps cut: any queued piece, one a pending FLUSH covers. */
 #define CUT_ANY 1
@@ -254,6 +269,17 @@ bool flush_due (const struct queue *);
 void backend_flush_locked (struct queue *);
 void session_writes_here (struct queue *, struct session *);
 void latch_error (struct queue *, int errnum);
+
+/* queue_stream.c */
+void note_write_end (struct queue *, uint64_t end);
+bool continues_recent_write (const struct queue *, uint64_t offset);
+uint32_t stream_room (const struct queue *, uint32_t count, uint64_t offset,
+                      unsigned flags);
+bool append_may_fit (const struct queue *, uint64_t offset, unsigned flags);
+void note_newest_piece (struct queue *, const struct piece *);
+void forget_if_newest (struct queue *, const struct piece *);
+bool append_to_stream (struct queue *, struct session *, const void *buf,
+                       uint32_t count, uint64_t offset);
 
 /* queue_read.c */
 int read_overlaid (struct queue *, void *buf, uint32_t count,
@@ -369,6 +395,5 @@ int dispatch_thread_start (struct queue *);
 int bypass_write (struct queue *, struct session *, const void *buf,
                   uint32_t count, uint64_t offset, unsigned flags);
 bool bypass_overlaps (const struct queue *, uint64_t start, uint64_t end);
-void note_write_end (struct queue *, uint64_t end);
 
 #endif /* PLUGQ_QUEUE_INTERNAL_H */

@@ -111,6 +111,7 @@ queue_link (struct queue *q, struct piece *p, struct piece *after)
   else
     TAILQ_INSERT_TAIL (&q->by_age, p, by_age);
   q->nr_queued++;
+  q->appended_requests += p->appended;
   account_bytes (q, p, p->length);
   q->promised_pieces += p->promised;
   atomic_fetch_add_explicit (&q->pieces_present, 1, memory_order_relaxed);
@@ -120,10 +121,25 @@ void
 queue_unlink (struct queue *q, struct piece *p)
 {
   queue_assert_locked (q);
+  forget_if_newest (q, p);
   RB_REMOVE (piece_tree, &q->by_offset, p);
   TAILQ_REMOVE (&q->by_age, p, by_age);
   q->nr_queued--;
+  q->appended_requests -= p->appended;
   account_bytes (q, p, -(int64_t) p->length);
+}
+
+/* The newest queued piece takes count more bytes, appended to its buffer
+ * for one more request (queue_stream.c).
+ */
+void
+piece_grow (struct queue *q, struct piece *p, uint32_t count)
+{
+  queue_assert_locked (q);
+  p->length += count;
+  p->appended++;
+  q->appended_requests++;
+  account_bytes (q, p, count);
 }
 
 /* A piece that will never reach the backend because a newer request
@@ -158,6 +174,7 @@ piece_drop_front (struct queue *q, struct piece *p, uint64_t new_offset)
 static void
 piece_drop_back (struct queue *q, struct piece *p, uint64_t new_end)
 {
+  forget_if_newest (q, p);
   account_bytes (q, p, -(int64_t) (piece_end (p) - new_end));
   p->length = new_end - p->offset;
 }
@@ -173,6 +190,7 @@ piece_split_tail (struct queue *q, struct piece *p, uint64_t end)
   if (tail == NULL)
     return NULL;
   *tail = *p;
+  tail->appended = 0;           /* p keeps the count */
   if (tail->buf)
     data_buffer_get (tail->buf);
   if (tail->waiter)

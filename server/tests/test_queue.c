@@ -677,8 +677,10 @@ print_calls (const struct tb_call *calls, size_t n)
 
 #define SEQ_WRITES 32
 
-/* Sequential adjacent writes go out as a few vectored writes, each no
- * larger than max-merge.
+/* Sequential adjacent writes go out as a few writes, each no larger
+ * than max-merge: the pieces they were appended to (queue_stream.c),
+ * merged in batches.  Pieces are cut at max-merge too, so the batches
+ * may take one write more than the bytes need.
  */
 static void
 test_merge (void)
@@ -687,8 +689,9 @@ test_merge (void)
   struct tb_call calls[SEQ_WRITES];
   struct queue_stats s;
   struct test_rig r;
+  const size_t fewest = SEQ_WRITES * 4 * KiB / (64 * KiB);
+  uint64_t bytes = 0;
   size_t n = 0;
-  int iovs = 0;
   bool ok;
 
   cfg.max_merge = 64 * KiB;
@@ -701,11 +704,10 @@ test_merge (void)
     n = writes_of (r.d[0].tb, calls, SEQ_WRITES);
     for (size_t i = 0; i < n; i++) {
       ok &= CHECK (calls[i].count <= cfg.max_merge);
-      ok &= CHECK (calls[i].count == calls[i].iovcnt * 4 * KiB);
-      iovs += calls[i].iovcnt;
+      bytes += calls[i].count;
     }
-    ok &= CHECK (iovs == SEQ_WRITES);
-    ok &= CHECK (n == SEQ_WRITES * 4 * KiB / cfg.max_merge);
+    ok &= CHECK (bytes == SEQ_WRITES * 4 * KiB);
+    ok &= CHECK (n >= fewest && n <= fewest + 1);
     s = test_stats (r.d[0].q);
     ok &= CHECK (s.op[OP_WRITE].requests == SEQ_WRITES);
     ok &= CHECK (s.op[OP_WRITE].backend_ops == n);
@@ -1474,7 +1476,8 @@ test_dispatch_without_memory (void)
 
   ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
   f = (struct flush_job) { .q = r.d[0].q };
-  for (int i = 0; ok && i < 8; i++)
+  /* Last first: each its own piece, none appended to another. */
+  for (int i = 7; ok && i >= 0; i--)
     ok = CHECK (test_write_fill (r.d[0].q, NULL, 'a' + i, 4 * KiB,
                                   i * 4 * KiB, 0) == 0);
   if (ok) {

@@ -1,0 +1,295 @@
+/* plugq: unit tests for sequential streams (queue_stream.c): the writes
+ * of a stream appended to the newest queued piece.
+ *
+ *  - A stream's writes after its second are appended to the second's
+ *    piece: two pieces hold sixteen requests, which count as queued
+ *    requests, as queued bytes and as merges, and go out as one write.
+ *  - Reads see appended bytes before they are written out; a newer write
+ *    over some of them cuts them like any queued bytes.
+ *  - unplug-thresh counts appended requests.
+ *  - Only the newest piece takes appends: a write that continues an
+ *    older piece is a piece of its own, as noop promises; nor does a
+ *    write over bytes an older queued piece holds, which it must cut.
+ *  - Writes that wait (ack=dispatched, FUA) and unplug-thresh=1 never
+ *    append.
+ *  - A piece grows no larger than max-merge.
+ *
+ * Every case holds its writes behind an hour's plug on a backend that
+ * does not write to memory, so nothing goes around the queue and nothing
+ * is written before a FLUSH.
+ */
+
+#include <config.h>
+
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "fixtures.h"
+#include "queue.h"
+#include "queue_internal.h"
+#include "tap.h"
+#include "test_backends.h"
+
+#define KiB ((uint64_t) 1024)
+#define DISK_SIZE (1024 * KiB)
+#define BLOCK (4 * KiB)
+#define MAX_CALLS 64
+
+static bool
+rig_start (struct test_rig *r, const struct queue_config *cfg)
+{
+  memset (r, 0, sizeof *r);
+  return test_rig_backend (r, DISK_SIZE) != NULL && test_rig_start (r, cfg);
+}
+
+/* One block of c at block number i. */
+static bool
+write_block (struct queue *q, int c, uint64_t i, unsigned flags)
+{
+  return test_write_fill (q, NULL, c, BLOCK, i * BLOCK, flags) == 0;
+}
+
+/* Pieces queued, requests appended to them. */
+static void
+queue_shape (struct queue *q, uint32_t *pieces, uint32_t *appended)
+{
+  lock_acquire (&q->lock);
+  *pieces = q->nr_queued;
+  *appended = q->appended_requests;
+  lock_release (&q->lock);
+}
+
+static size_t
+backend_writes (struct test_disk *d, struct tb_call *calls)
+{
+  return test_backend_calls (d->tb, TB_PWRITEV, calls, MAX_CALLS);
+}
+
+/* ------------------------------------------------------------ appending */
+
+static void
+test_stream_appends (void)
+{
+  struct queue_config cfg = test_config (TEST_HOUR, 1000);
+  struct tb_call calls[MAX_CALLS];
+  struct queue_stats st;
+  struct test_rig r;
+  uint32_t pieces = 0, appended = 0;
+  size_t n = 0;
+  bool ok = CHECK (rig_start (&r, &cfg));
+
+  for (int i = 0; ok && i < 16; i++)
+    ok = CHECK (write_block (r.d[0].q, 'a' + i, i, 0));
+  if (ok) {
+    queue_shape (r.d[0].q, &pieces, &appended);
+    st = test_stats (r.d[0].q);
+    /* The first write is no stream yet; the second gets a buffer with
+     * room, and the other fourteen are appended to it.
+     */
+    ok = CHECK (pieces == 2) && CHECK (appended == 14)
+      && CHECK (st.queued_requests == 16)
+      && CHECK (st.queued_bytes == 16 * BLOCK)
+      && CHECK (st.op[OP_WRITE].requests == 16)
+      && CHECK (st.op[OP_WRITE].merges == 14)
+      && CHECK (backend_writes (&r.d[0], calls) == 0);
+  }
+  ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0);
+  if (ok) {
+    n = backend_writes (&r.d[0], calls);
+    st = test_stats (r.d[0].q);
+    ok = CHECK (n == 1) && CHECK (calls[0].offset == 0)
+      && CHECK (calls[0].count == 16 * BLOCK)
+      && CHECK (calls[0].iovcnt == 2)
+      && CHECK (st.op[OP_WRITE].merges == 15)
+      && CHECK (st.op[OP_WRITE].backend_ops == 1)
+      && CHECK (st.queued_requests == 0);
+  }
+  for (int i = 0; ok && i < 16; i++)
+    ok = CHECK (test_backend_holds (r.d[0].tb, 'a' + i, BLOCK, i * BLOCK));
+  test_rig_stop (&r);
+  tap_ok (ok, "a stream's writes are appended to one queued piece: 16"
+          " requests in 2 pieces, one backend write (%zu)", n);
+}
+
+static void
+test_reads_and_cuts (void)
+{
+  struct queue_config cfg = test_config (TEST_HOUR, 1000);
+  struct test_rig r;
+  uint32_t pieces = 0, appended = 0;
+  bool ok = CHECK (rig_start (&r, &cfg));
+
+  for (int i = 0; ok && i < 4; i++)
+    ok = CHECK (write_block (r.d[0].q, 'a' + i, i, 0));
+  for (int i = 0; ok && i < 4; i++)
+    ok = CHECK (test_queue_reads_as (r.d[0].q, 'a' + i, BLOCK, i * BLOCK));
+  /* 'z' over the third block cuts the piece it was appended to. */
+  ok = ok && CHECK (write_block (r.d[0].q, 'z', 2, 0));
+  if (ok) {
+    queue_shape (r.d[0].q, &pieces, &appended);
+    ok = CHECK (test_stats (r.d[0].q).queued_bytes == 4 * BLOCK)
+      && CHECK (test_queue_reads_as (r.d[0].q, 'z', BLOCK, 2 * BLOCK))
+      && CHECK (test_queue_reads_as (r.d[0].q, 'd', BLOCK, 3 * BLOCK));
+  }
+  ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0)
+    && CHECK (test_backend_holds (r.d[0].tb, 'a', BLOCK, 0))
+    && CHECK (test_backend_holds (r.d[0].tb, 'b', BLOCK, BLOCK))
+    && CHECK (test_backend_holds (r.d[0].tb, 'z', BLOCK, 2 * BLOCK))
+    && CHECK (test_backend_holds (r.d[0].tb, 'd', BLOCK, 3 * BLOCK));
+  test_rig_stop (&r);
+  tap_ok (ok, "appended bytes read back before they are written, and a"
+          " newer write over some of them wins (%" PRIu32 " pieces)",
+          pieces);
+}
+
+static void
+test_thresh_counts_appended (void)
+{
+  struct queue_config cfg = test_config (TEST_HOUR, 4);
+  struct test_rig r;
+  struct queue_stats st;
+  bool ok = CHECK (rig_start (&r, &cfg));
+
+  for (int i = 0; ok && i < 3; i++)
+    ok = CHECK (write_block (r.d[0].q, 'a' + i, i, 0));
+  ok = ok && CHECK (test_stats (r.d[0].q).unplugs[UNPLUG_THRESHOLD] == 0)
+    && CHECK (write_block (r.d[0].q, 'd', 3, 0));
+  if (ok) {
+    st = test_stats (r.d[0].q);
+    ok = CHECK (st.unplugs[UNPLUG_THRESHOLD] == 1)
+      && CHECK (TEST_WAIT_FOR (test_backend_count (r.d[0].tb, TB_PWRITEV)
+                               >= 1));
+  }
+  ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0)
+    && CHECK (test_backend_holds (r.d[0].tb, 'd', BLOCK, 3 * BLOCK));
+  test_rig_stop (&r);
+  tap_ok (ok, "unplug-thresh=4 counts appended requests: the 4th write of"
+          " a stream unplugs");
+}
+
+/* ------------------------------------------------------------ not appended */
+
+static void
+test_only_newest (void)
+{
+  struct queue_config cfg = test_config (TEST_HOUR, 1000);
+  struct test_rig r;
+  uint32_t pieces = 0, appended = 0;
+  bool ok = CHECK (rig_start (&r, &cfg));
+
+  ok = ok && CHECK (write_block (r.d[0].q, 'a', 0, 0))
+    && CHECK (write_block (r.d[0].q, 'b', 1, 0))
+    && CHECK (write_block (r.d[0].q, 'r', 100, 0))
+    && CHECK (write_block (r.d[0].q, 'c', 2, 0));
+  if (ok) {
+    queue_shape (r.d[0].q, &pieces, &appended);
+    ok = CHECK (pieces == 4) && CHECK (appended == 0);
+  }
+  ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0)
+    && CHECK (test_backend_holds (r.d[0].tb, 'c', BLOCK, 2 * BLOCK));
+  test_rig_stop (&r);
+  tap_ok (ok, "a write that continues an older piece than the newest is a"
+          " piece of its own");
+}
+
+/* An older queued piece inside the write's bytes: the write must cut it,
+ * not grow the newest piece over it.
+ */
+static void
+test_older_piece_inside (void)
+{
+  struct queue_config cfg = test_config (TEST_HOUR, 1000);
+  struct test_rig r;
+  uint32_t pieces = 0, appended = 0;
+  bool ok = CHECK (rig_start (&r, &cfg));
+
+  ok = ok && CHECK (write_block (r.d[0].q, 'q', 2, 0))
+    && CHECK (write_block (r.d[0].q, 'a', 0, 0))
+    && CHECK (write_block (r.d[0].q, 'b', 1, 0))
+    && CHECK (write_block (r.d[0].q, 'c', 2, 0));
+  if (ok) {
+    queue_shape (r.d[0].q, &pieces, &appended);
+    ok = CHECK (pieces == 3) && CHECK (appended == 0);
+  }
+  ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0)
+    && CHECK (test_backend_holds (r.d[0].tb, 'b', BLOCK, BLOCK))
+    && CHECK (test_backend_holds (r.d[0].tb, 'c', BLOCK, 2 * BLOCK));
+  test_rig_stop (&r);
+  tap_ok (ok, "a write over an older queued piece cuts it and is not"
+          " appended");
+}
+
+static void
+test_no_append (enum ack_mode ack, uint32_t thresh, unsigned flags,
+                const char *what)
+{
+  struct queue_config cfg = test_config (TEST_HOUR, thresh);
+  struct test_rig r;
+  uint32_t pieces = 0, appended = 0;
+  bool ok;
+
+  cfg.ack = ack;
+  ok = CHECK (rig_start (&r, &cfg));
+  for (int i = 0; ok && i < 4; i++)
+    ok = CHECK (write_block (r.d[0].q, 'a' + i, i, flags));
+  if (ok) {
+    queue_shape (r.d[0].q, &pieces, &appended);
+    ok = CHECK (appended == 0)
+      && CHECK (test_stats (r.d[0].q).op[OP_WRITE].requests == 4);
+  }
+  ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0);
+  for (int i = 0; ok && i < 4; i++)
+    ok = CHECK (test_backend_holds (r.d[0].tb, 'a' + i, BLOCK, i * BLOCK));
+  test_rig_stop (&r);
+  tap_ok (ok, "%s: nothing is appended", what);
+}
+
+static void
+test_max_merge_bounds_growth (void)
+{
+  struct queue_config cfg = test_config (TEST_HOUR, 1000);
+  struct tb_call calls[MAX_CALLS];
+  struct test_rig r;
+  struct queue_stats st;
+  size_t n = 0;
+  bool ok;
+
+  /* Each max-merge of queued bytes unplugs, as it does without appends. */
+  cfg.max_merge = 4 * BLOCK;
+  ok = CHECK (rig_start (&r, &cfg));
+  for (int i = 0; ok && i < 12; i++)
+    ok = CHECK (write_block (r.d[0].q, 'a' + i, i, 0));
+  ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0);
+  if (ok) {
+    n = backend_writes (&r.d[0], calls);
+    st = test_stats (r.d[0].q);
+    for (size_t i = 0; i < n; i++)
+      ok &= CHECK (calls[i].count <= 4 * BLOCK);
+    ok &= CHECK (n >= 3)
+      && CHECK (st.op[OP_WRITE].merges == 12 - st.op[OP_WRITE].backend_ops);
+  }
+  for (int i = 0; ok && i < 12; i++)
+    ok = CHECK (test_backend_holds (r.d[0].tb, 'a' + i, BLOCK, i * BLOCK));
+  test_rig_stop (&r);
+  tap_ok (ok, "pieces grow no larger than max-merge (%zu backend writes)",
+          n);
+}
+
+int
+main (void)
+{
+  tap_plan (9);
+  test_stream_appends ();
+  test_reads_and_cuts ();
+  test_thresh_counts_appended ();
+  test_only_newest ();
+  test_older_piece_inside ();
+  test_no_append (ACK_DISPATCHED, 1000, 0, "ack=dispatched");
+  test_no_append (ACK_QUEUED, 1000, REQ_FUA, "FUA writes");
+  test_no_append (ACK_QUEUED, 1, 0, "unplug-thresh=1");
+  test_max_merge_bounds_growth ();
+  return tap_done ();
+}
