@@ -15,11 +15,11 @@
  *     to memory, synchronously, at any alignment (q->bypass);
  *   - nothing is queued or in flight through the queue, so no older
  *     piece holds any of its bytes and nothing waits to go before it;
- *   - a dispatch token is free and no FLUSH waits to start while no
- *     backend flush runs (take_bypass_token): the writer holds it while
- *     it writes, so the backend never sees more than max_writers
- *     writers, and a FLUSH is never kept waiting by writes that keep
- *     arriving;
+ *   - a dispatch token is free and, unless it is FUA, no FLUSH waits to
+ *     start while no backend flush runs (take_bypass_token): the writer
+ *     holds it while it writes, so the backend never sees more than
+ *     max_writers writers, and a FLUSH is never kept waiting by writes
+ *     that keep arriving (FUA writes cannot: each waits for it);
  *   - no other write going around the queue touches its bytes: two
  *     writes over the same bytes are never on the backend at once;
  *   - it does not start where one of the last RECENT_ENDS writes ended,
@@ -63,14 +63,15 @@ bypass_overlaps (const struct queue *q, uint64_t start, uint64_t end)
 }
 
 static bool
-bypass_allowed (struct queue *q, uint64_t count, uint64_t offset)
+bypass_allowed (struct queue *q, uint64_t count, uint64_t offset,
+                unsigned flags)
 {
   queue_assert_locked (q);
   return q->nr_queued == 0 && q->nr_batches == 0
     && q->nr_bypassing < BYPASS_SLOTS
     && (count >= q->merge_limit || !continues_recent_write (q, offset))
     && !bypass_overlaps (q, offset, offset + count)
-    && take_bypass_token (q);
+    && take_bypass_token (q, (flags & REQ_FUA) != 0);
 }
 
 /* Under the lock, with a token: a free slot, holding the range. */
@@ -136,7 +137,7 @@ bypass_write (struct queue *q, struct session *s, const void *buf,
   int err;
 
   lock_acquire (&q->lock);
-  if (!bypass_allowed (q, count, offset)) {
+  if (!bypass_allowed (q, count, offset, flags)) {
     lock_release (&q->lock);
     return BYPASS_DECLINED;
   }

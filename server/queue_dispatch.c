@@ -251,14 +251,16 @@ take_token (struct queue *q)
  * the FLUSH need not cover may run beside it, as writers still waiting
  * for their answer do, even when the next FLUSH is already wanted: that
  * one cannot start before the running one ends, and then no new token
- * is given until it has.
+ * is given until it has.  A FUA write may take one while a FLUSH waits
+ * to start: it is answered only after that flush, so FUA writes cannot
+ * keep arriving without it, and it holds the token for its write alone.
  */
 bool
-take_bypass_token (struct queue *q)
+take_bypass_token (struct queue *q, bool fua)
 {
   queue_assert_locked (q);
   if (q->holders >= q->max_holders || q->stopping
-      || (q->flush.wanted && !q->flush.running))
+      || (q->flush.wanted && !q->flush.running && !fua))
     return false;
   q->holders++;
   return true;

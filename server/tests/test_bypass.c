@@ -88,6 +88,8 @@ write_block (struct queue *q, int c, uint64_t i, unsigned flags)
   return test_write_fill (q, NULL, c, BLOCK, i * BLOCK, flags) == 0;
 }
 
+static int flush_job (void *q);
+
 /* ------------------------------------------------------------ around */
 
 static void
@@ -231,6 +233,63 @@ test_fua_goes_around_then_flushes (void)
   test_rig_stop (&r);
   tap_ok (ok, "FUA writes go around the queue, are answered after a flush"
           " begun once they were written, and share it");
+}
+
+/* While a FLUSH waits to start (a write around the queue holds the token
+ * it needs), a FUA write still goes around: it waits for that flush
+ * anyway.  A plain write is queued instead, so writes that keep arriving
+ * cannot keep the flush waiting.
+ */
+static void
+test_fua_around_waiting_flush (void)
+{
+  struct queue_config cfg = bypass_config (true);
+  struct test_write_job ja = { .c = 'a', .count = BLOCK, .offset = 0 };
+  struct test_write_job jb = { .c = 'b', .count = BLOCK,
+                               .offset = 4 * BLOCK, .flags = REQ_FUA };
+  struct test_thread ta = TEST_THREAD_INIT, tb = TEST_THREAD_INIT;
+  struct test_thread tf = TEST_THREAD_INIT;
+  struct test_rig r;
+  struct queue_stats st;
+  bool ok = CHECK (rig_start (&r, &cfg, 2, true));
+
+  ja.q = jb.q = r.d[0].q;
+  if (ok) {
+    test_backend_block (r.d[0].tb, TB_PWRITEV);
+    test_backend_block (r.d[0].tb, TB_FLUSH);
+    ok = CHECK (test_thread_start (&ta, test_write_job_run, &ja) == 0)
+      && CHECK (test_backend_wait_entered (r.d[0].tb, TB_PWRITEV, 1))
+      && CHECK (test_thread_start (&tf, flush_job, r.d[0].q) == 0)
+      && CHECK (TEST_WAIT_FOR (test_stats (r.d[0].q).flushes == 1))
+      && CHECK (test_thread_start (&tb, test_write_job_run, &jb) == 0)
+      && CHECK (test_backend_wait_entered (r.d[0].tb, TB_PWRITEV, 2))
+      && CHECK (write_block (r.d[0].q, 'c', 8, 0))
+      && CHECK (test_backend_entered (r.d[0].tb, TB_PWRITEV) == 2)
+      && CHECK (test_stats (r.d[0].q).queued_requests == 1);
+  }
+  test_backend_release (r.d[0].tb, TB_PWRITEV);
+  /* The flush starts once both are written, and answers the FUA write. */
+  ok = ok && CHECK (test_backend_wait_entered (r.d[0].tb, TB_FLUSH, 1))
+    && CHECK (test_backend_count (r.d[0].tb, TB_PWRITEV) >= 2)
+    && CHECK (!test_thread_done (&tb));
+  test_backend_release (r.d[0].tb, TB_FLUSH);
+  ok = ok && CHECK (test_thread_wait (&ta)) && CHECK (ta.result == 0)
+    && CHECK (test_thread_wait (&tb)) && CHECK (tb.result == 0)
+    && CHECK (test_thread_wait (&tf)) && CHECK (tf.result == 0);
+  test_thread_join (&ta);
+  test_thread_join (&tb);
+  test_thread_join (&tf);
+  ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0);
+  if (ok) {
+    st = test_stats (r.d[0].q);
+    ok = CHECK (st.bypassed_writes == 2)
+      && CHECK (test_backend_holds (r.d[0].tb, 'a', BLOCK, 0))
+      && CHECK (test_backend_holds (r.d[0].tb, 'b', BLOCK, 4 * BLOCK))
+      && CHECK (test_backend_holds (r.d[0].tb, 'c', BLOCK, 8 * BLOCK));
+  }
+  test_rig_stop (&r);
+  tap_ok (ok, "while a FLUSH waits to start, a FUA write goes around the"
+          " queue and a plain one is queued");
 }
 
 /* ------------------------------------------------------------ queued */
@@ -430,11 +489,12 @@ test_error_is_the_answer (void)
 int
 main (void)
 {
-  tap_plan (11);
+  tap_plan (12);
   test_random_writes_go_around ();
   test_stream_is_queued ();
   test_full_size_writes_go_around ();
   test_fua_goes_around_then_flushes ();
+  test_fua_around_waiting_flush ();
   test_nothing_around_a_queue ();
   test_bypass_off (false, true, "bypass=never");
   test_bypass_off (true, false, "a backend that does not write to memory");
