@@ -81,6 +81,28 @@ backend_writes (struct test_disk *d, struct tb_call *calls)
   return test_backend_calls (d->tb, TB_PWRITEV, calls, MAX_CALLS);
 }
 
+/* Jobs writing 'a' + i at block 4 i, far enough apart that none
+ * continues another.
+ */
+static void
+spread_jobs (struct test_write_job *j, int n, struct queue *q, unsigned flags)
+{
+  for (int i = 0; i < n; i++)
+    j[i] = (struct test_write_job) { q, 'a' + i, BLOCK,
+                                     (uint64_t) i * 4 * BLOCK, flags };
+}
+
+/* Whether the backend holds what spread_jobs' n jobs wrote. */
+static bool
+holds_spread (struct test_disk *d, int n)
+{
+  for (int i = 0; i < n; i++)
+    if (!CHECK (test_backend_holds (d->tb, 'a' + i, BLOCK,
+                                    (uint64_t) i * 4 * BLOCK)))
+      return false;
+  return true;
+}
+
 /* One block of c at block number i, from this thread. */
 static bool
 write_block (struct queue *q, int c, uint64_t i, unsigned flags)
@@ -194,9 +216,7 @@ test_fua_goes_around_then_flushes (void)
   struct queue_stats st;
   bool ok = CHECK (rig_start (&r, &cfg, 4, true));
 
-  for (int i = 0; i < 3; i++)
-    j[i] = (struct test_write_job) { r.d[0].q, 'a' + i, BLOCK,
-                                     (uint64_t) i * 4 * BLOCK, REQ_FUA };
+  spread_jobs (j, 3, r.d[0].q, REQ_FUA);
   if (ok) {
     test_backend_block (r.d[0].tb, TB_FLUSH);
     ok = CHECK (test_thread_start (&t[0], test_write_job_run, &j[0]) == 0)
@@ -225,11 +245,9 @@ test_fua_goes_around_then_flushes (void)
     st = test_stats (r.d[0].q);
     ok = CHECK (st.bypassed_writes == 3) && CHECK (st.fua_requests == 3)
       && CHECK (st.backend_flushes == 2)
-      && CHECK (test_backend_count (r.d[0].tb, TB_FLUSH) == 2);
+      && CHECK (test_backend_count (r.d[0].tb, TB_FLUSH) == 2)
+      && holds_spread (&r.d[0], 3);
   }
-  for (int i = 0; ok && i < 3; i++)
-    ok = CHECK (test_backend_holds (r.d[0].tb, 'a' + i, BLOCK,
-                                    (uint64_t) i * 4 * BLOCK));
   test_rig_stop (&r);
   tap_ok (ok, "FUA writes go around the queue, are answered after a flush"
           " begun once they were written, and share it");
@@ -393,9 +411,7 @@ test_no_token_means_queued (void)
   struct queue_stats st;
   bool ok = CHECK (rig_start (&r, &cfg, 2, true));
 
-  for (int i = 0; i < 3; i++)
-    j[i] = (struct test_write_job) { r.d[0].q, 'a' + i, BLOCK,
-                                     (uint64_t) i * 4 * BLOCK, 0 };
+  spread_jobs (j, 3, r.d[0].q, 0);
   if (ok)
     test_backend_block (r.d[0].tb, TB_PWRITEV);
   for (int i = 0; ok && i < 2; i++)
@@ -415,10 +431,8 @@ test_no_token_means_queued (void)
   }
   test_thread_join (&t[2]);
   ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0)
-    && CHECK (test_stats (r.d[0].q).bypassed_writes == 2);
-  for (int i = 0; ok && i < 3; i++)
-    ok = CHECK (test_backend_holds (r.d[0].tb, 'a' + i, BLOCK,
-                                    (uint64_t) i * 4 * BLOCK));
+    && CHECK (test_stats (r.d[0].q).bypassed_writes == 2)
+    && holds_spread (&r.d[0], 3);
   test_rig_stop (&r);
   tap_ok (ok, "max_writers writes around the queue at most; the next is"
           " queued and answered at once");

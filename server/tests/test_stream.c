@@ -172,54 +172,35 @@ test_thresh_counts_appended (void)
 
 /* ------------------------------------------------------------ not appended */
 
-static void
-test_only_newest (void)
-{
-  struct queue_config cfg = test_config (TEST_HOUR, 1000);
-  struct test_rig r;
-  uint32_t pieces = 0, appended = 0;
-  bool ok = CHECK (rig_start (&r, &cfg));
-
-  ok = ok && CHECK (write_block (r.d[0].q, 'a', 0, 0))
-    && CHECK (write_block (r.d[0].q, 'b', 1, 0))
-    && CHECK (write_block (r.d[0].q, 'r', 100, 0))
-    && CHECK (write_block (r.d[0].q, 'c', 2, 0));
-  if (ok) {
-    queue_shape (r.d[0].q, &pieces, &appended);
-    ok = CHECK (pieces == 4) && CHECK (appended == 0);
-  }
-  ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0)
-    && CHECK (test_backend_holds (r.d[0].tb, 'c', BLOCK, 2 * BLOCK));
-  test_rig_stop (&r);
-  tap_ok (ok, "a write that continues an older piece than the newest is a"
-          " piece of its own");
-}
-
-/* An older queued piece inside the write's bytes: the write must cut it,
- * not grow the newest piece over it.
+/* One block of chars[i] at blocks[i] for each of n writes, none of them
+ * appended, in want_pieces pieces; the newest write of each block wins.
  */
 static void
-test_older_piece_inside (void)
+test_not_appended (const uint64_t *blocks, const char *chars, int n,
+                   uint32_t want_pieces, const char *what)
 {
   struct queue_config cfg = test_config (TEST_HOUR, 1000);
   struct test_rig r;
   uint32_t pieces = 0, appended = 0;
   bool ok = CHECK (rig_start (&r, &cfg));
 
-  ok = ok && CHECK (write_block (r.d[0].q, 'q', 2, 0))
-    && CHECK (write_block (r.d[0].q, 'a', 0, 0))
-    && CHECK (write_block (r.d[0].q, 'b', 1, 0))
-    && CHECK (write_block (r.d[0].q, 'c', 2, 0));
+  for (int i = 0; ok && i < n; i++)
+    ok = CHECK (write_block (r.d[0].q, chars[i], blocks[i], 0));
   if (ok) {
     queue_shape (r.d[0].q, &pieces, &appended);
-    ok = CHECK (pieces == 3) && CHECK (appended == 0);
+    ok = CHECK (pieces == want_pieces) && CHECK (appended == 0);
   }
-  ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0)
-    && CHECK (test_backend_holds (r.d[0].tb, 'b', BLOCK, BLOCK))
-    && CHECK (test_backend_holds (r.d[0].tb, 'c', BLOCK, 2 * BLOCK));
+  ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0);
+  for (int i = 0; ok && i < n; i++) {
+    bool newest = true;
+
+    for (int k = i + 1; k < n; k++)
+      newest &= blocks[k] != blocks[i];
+    ok = !newest || CHECK (test_backend_holds (r.d[0].tb, chars[i], BLOCK,
+                                               blocks[i] * BLOCK));
+  }
   test_rig_stop (&r);
-  tap_ok (ok, "a write over an older queued piece cuts it and is not"
-          " appended");
+  tap_ok (ok, "%s", what);
 }
 
 static void
@@ -285,8 +266,15 @@ main (void)
   test_stream_appends ();
   test_reads_and_cuts ();
   test_thresh_counts_appended ();
-  test_only_newest ();
-  test_older_piece_inside ();
+  test_not_appended ((const uint64_t[]) { 0, 1, 100, 2 }, "abrc", 4, 4,
+                     "a write that continues an older piece than the"
+                     " newest is a piece of its own");
+  /* An older queued piece inside the write's bytes: the write must cut
+   * it, not grow the newest piece over it.
+   */
+  test_not_appended ((const uint64_t[]) { 2, 0, 1, 2 }, "qabc", 4, 3,
+                     "a write over an older queued piece cuts it and is not"
+                     " appended");
   test_no_append (ACK_DISPATCHED, 1000, 0, "ack=dispatched");
   test_no_append (ACK_QUEUED, 1000, REQ_FUA, "FUA writes");
   test_no_append (ACK_QUEUED, 1, 0, "unplug-thresh=1");
