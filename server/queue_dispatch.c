@@ -203,11 +203,15 @@ dispatcher_needed (const struct queue *q)
 }
 
 /* While a flush waits or runs, more writers only compete with it for the
- * disk.
+ * disk.  A backend that writes to memory has no disk to compete for:
+ * while its flush runs, queued writes go out beside it, so the queue
+ * drains and writes that arrive can go around it again.
  */
 static unsigned
 token_limit (const struct queue *q)
 {
+  if (q->flush.running && q->backend->writes_to_memory)
+    return q->max_holders;
   return q->flush.wanted || q->flush.running ? 1 : q->max_holders;
 }
 

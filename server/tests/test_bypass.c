@@ -472,6 +472,43 @@ test_write_beside_running_flush (void)
           " beside it");
 }
 
+/* With bypass=never, on a backend that writes to memory: a write queued
+ * while a backend flush runs is written beside it, by the thread that
+ * queued it, so the queue does not fill up behind the flush.  (Every
+ * write unplugs: nothing waits for the plug.)
+ */
+static void
+test_queued_write_beside_running_flush (void)
+{
+  struct queue_config cfg = bypass_config (false);
+  struct test_thread tf = TEST_THREAD_INIT;
+  struct test_rig r;
+  bool ok;
+
+  cfg.unplug_thresh = 1;
+  ok = CHECK (rig_start (&r, &cfg, 2, true));
+
+  ok = ok && CHECK (write_block (r.d[0].q, 'a', 0, 0));
+  if (ok) {
+    test_backend_block (r.d[0].tb, TB_FLUSH);
+    ok = CHECK (test_thread_start (&tf, flush_job, r.d[0].q) == 0)
+      && CHECK (test_backend_wait_entered (r.d[0].tb, TB_FLUSH, 1))
+      && CHECK (test_backend_count (r.d[0].tb, TB_PWRITEV) == 1)
+      && CHECK (write_block (r.d[0].q, 'b', 9, 0))
+      && CHECK (test_backend_count (r.d[0].tb, TB_PWRITEV) == 2)
+      && CHECK (test_stats (r.d[0].q).queued_requests == 0)
+      && CHECK (!test_thread_done (&tf));
+  }
+  test_backend_release (r.d[0].tb, TB_FLUSH);
+  ok = ok && CHECK (test_thread_wait (&tf)) && CHECK (tf.result == 0)
+    && CHECK (test_stats (r.d[0].q).bypassed_writes == 0)
+    && CHECK (test_backend_holds (r.d[0].tb, 'b', BLOCK, 9 * BLOCK));
+  test_thread_join (&tf);
+  test_rig_stop (&r);
+  tap_ok (ok, "while a backend flush runs, a queued write is written beside"
+          " it");
+}
+
 /* ------------------------------------------------------------ errors */
 
 static void
@@ -503,7 +540,7 @@ test_error_is_the_answer (void)
 int
 main (void)
 {
-  tap_plan (12);
+  tap_plan (13);
   test_random_writes_go_around ();
   test_stream_is_queued ();
   test_full_size_writes_go_around ();
@@ -515,6 +552,7 @@ main (void)
   test_overlapping_write_waits ();
   test_no_token_means_queued ();
   test_write_beside_running_flush ();
+  test_queued_write_beside_running_flush ();
   test_error_is_the_answer ();
   return tap_done ();
 }
