@@ -12,8 +12,9 @@
  * a stream: its bytes are copied after the data of the newest queued
  * piece, which grows, instead of into a buffer and a piece of their own
  * that the trees, the elevator and a batch would each handle once more.
- * A write that continues a stream gets a buffer with room for more
- * (stream_room), so the writes after it can be appended.
+ * A write that continues a stream gets a buffer with room for more, up
+ * to the next multiple of 64 KiB or max-merge (stream_room), so the
+ * writes after it can be appended.
  *
  * A write is appended (append_to_stream) when:
  *   - it waits for nothing (ack=queued, not FUA): one piece then answers
@@ -76,7 +77,7 @@ continues_recent_write (const struct queue *q, uint64_t offset)
 
 /* ------------------------------------------------------------ appending */
 
-/* Room given to the buffer of a write that continues a stream. */
+/* The most room a stream's buffer gets. */
 #define STREAM_ROOM (UINT64_C (64) * 1024)
 
 static bool
@@ -87,13 +88,18 @@ appends_allowed (const struct queue *q, unsigned flags)
 }
 
 /* Without the lock: the room for a new write's buffer, when it continues
- * a stream whose next writes may be appended to it; else 0.
+ * a stream whose next writes may be appended to it; else 0.  The room
+ * ends on a multiple of the grain (STREAM_ROOM, or max-merge if less),
+ * so no piece of a stream crosses one: pieces of an aligned stream then
+ * make batches of exactly max-merge, where pieces cut anywhere would
+ * leave a batch short each time the next piece does not fit.
  */
 uint32_t
 stream_room (const struct queue *q, uint32_t count, uint64_t offset,
              unsigned flags)
 {
-  uint64_t room = MIN (q->merge_limit, STREAM_ROOM);
+  uint64_t grain = MIN (q->merge_limit, STREAM_ROOM);
+  uint64_t room = grain - offset % grain;
 
   if (room <= count || !appends_allowed (q, flags)
       || !continues_recent_write (q, offset))
