@@ -92,7 +92,10 @@ appends_allowed (const struct queue *q, unsigned flags)
  * ends on a multiple of the grain (STREAM_ROOM, or max-merge if less),
  * so no piece of a stream crosses one: pieces of an aligned stream then
  * make batches of exactly max-merge, where pieces cut anywhere would
- * leave a batch short each time the next piece does not fit.
+ * leave a batch short each time the next piece does not fit.  A piece
+ * that starts just short of a multiple (writes arriving out of order
+ * start new pieces anywhere) runs on to the next one, where max-merge
+ * has room for two grains.
  */
 uint32_t
 stream_room (const struct queue *q, uint32_t count, uint64_t offset,
@@ -101,6 +104,8 @@ stream_room (const struct queue *q, uint32_t count, uint64_t offset,
   uint64_t grain = MIN (q->merge_limit, STREAM_ROOM);
   uint64_t room = grain - offset % grain;
 
+  if (room < grain / 2 && 2 * grain <= q->merge_limit)
+    room += grain;
   if (room <= count || !appends_allowed (q, flags)
       || !continues_recent_write (q, offset))
     return 0;

@@ -4,6 +4,8 @@
  *  - A stream's writes after its second are appended to the second's
  *    piece: two pieces hold sixteen requests, which count as queued
  *    requests, as queued bytes and as merges, and go out as one write.
+ *  - A stream's pieces end on multiples of 64 KiB (one starting just
+ *    short of a multiple runs on to the next).
  *  - Reads see appended bytes before they are written out; a newer write
  *    over some of them cuts them like any queued bytes.
  *  - unplug-thresh counts appended requests.
@@ -112,6 +114,41 @@ test_stream_appends (void)
   test_rig_stop (&r);
   tap_ok (ok, "a stream's writes are appended to one queued piece: 16"
           " requests in 2 pieces, one backend write (%zu)", n);
+}
+
+/* Pieces of a stream end on multiples of 64 KiB; one that would start
+ * just short of one runs on to the next instead of taking a few bytes.
+ */
+static void
+test_pieces_end_on_grain (void)
+{
+  struct queue_config cfg = test_config (TEST_HOUR, 1000);
+  struct test_rig r;
+  uint32_t pieces = 0, appended = 0;
+  bool ok = CHECK (rig_start (&r, &cfg));
+
+  /* From 56 KiB: the second write starts 4 KiB short of 64 KiB. */
+  for (int i = 14; ok && i < 21; i++)
+    ok = CHECK (write_block (r.d[0].q, 'a' + i, i, 0));
+  if (ok) {
+    queue_shape (r.d[0].q, &pieces, &appended);
+    ok = CHECK (pieces == 2) && CHECK (appended == 5);
+  }
+  /* 32 more fill the second piece to 128 KiB, a third to 192 KiB, and
+   * start a fourth.
+   */
+  for (int i = 21; ok && i < 53; i++)
+    ok = CHECK (write_block (r.d[0].q, 'a' + i % 26, i, 0));
+  if (ok) {
+    queue_shape (r.d[0].q, &pieces, &appended);
+    ok = CHECK (pieces == 4) && CHECK (appended == 35);
+  }
+  ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0)
+    && CHECK (test_backend_holds (r.d[0].tb, 'a' + 52 % 26, BLOCK,
+                                  52 * BLOCK));
+  test_rig_stop (&r);
+  tap_ok (ok, "a stream's pieces end on multiples of 64 KiB, and one"
+          " starting just short of one runs on to the next");
 }
 
 static void
@@ -262,8 +299,9 @@ test_max_merge_bounds_growth (void)
 int
 main (void)
 {
-  tap_plan (9);
+  tap_plan (10);
   test_stream_appends ();
+  test_pieces_end_on_grain ();
   test_reads_and_cuts ();
   test_thresh_counts_appended ();
   test_not_appended ((const uint64_t[]) { 0, 1, 100, 2 }, "abrc", 4, 4,
