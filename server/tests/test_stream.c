@@ -116,6 +116,22 @@ test_stream_appends (void)
           " requests in 2 pieces, one backend write (%zu)", n);
 }
 
+/* Writes blocks [from, to) of 'a' + i % 26 in order; whether the queue
+ * then holds want_pieces pieces with want_appended requests appended.
+ */
+static bool
+stream_shape (struct queue *q, int from, int to, uint32_t want_pieces,
+              uint32_t want_appended)
+{
+  uint32_t pieces, appended;
+
+  for (int i = from; i < to; i++)
+    if (!CHECK (write_block (q, 'a' + i % 26, i, 0)))
+      return false;
+  queue_shape (q, &pieces, &appended);
+  return CHECK (pieces == want_pieces) && CHECK (appended == want_appended);
+}
+
 /* Pieces of a stream end on multiples of 64 KiB; one that would start
  * just short of one runs on to the next instead of taking a few bytes.
  */
@@ -124,28 +140,18 @@ test_pieces_end_on_grain (void)
 {
   struct queue_config cfg = test_config (TEST_HOUR, 1000);
   struct test_rig r;
-  uint32_t pieces = 0, appended = 0;
   bool ok = CHECK (rig_start (&r, &cfg));
 
   /* From 56 KiB: the second write starts 4 KiB short of 64 KiB. */
-  for (int i = 14; ok && i < 21; i++)
-    ok = CHECK (write_block (r.d[0].q, 'a' + i, i, 0));
-  if (ok) {
-    queue_shape (r.d[0].q, &pieces, &appended);
-    ok = CHECK (pieces == 2) && CHECK (appended == 5);
-  }
+  ok = ok && stream_shape (r.d[0].q, 14, 21, 2, 5);
   /* 32 more fill the second piece to 128 KiB, a third to 192 KiB, and
    * start a fourth.
    */
-  for (int i = 21; ok && i < 53; i++)
-    ok = CHECK (write_block (r.d[0].q, 'a' + i % 26, i, 0));
-  if (ok) {
-    queue_shape (r.d[0].q, &pieces, &appended);
-    ok = CHECK (pieces == 4) && CHECK (appended == 35);
-  }
-  ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0)
-    && CHECK (test_backend_holds (r.d[0].tb, 'a' + 52 % 26, BLOCK,
-                                  52 * BLOCK));
+  ok = ok && stream_shape (r.d[0].q, 21, 53, 4, 35);
+  ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0);
+  for (int i = 14; ok && i < 53; i++)
+    ok = CHECK (test_backend_holds (r.d[0].tb, 'a' + i % 26, BLOCK,
+                                    i * BLOCK));
   test_rig_stop (&r);
   tap_ok (ok, "a stream's pieces end on multiples of 64 KiB, and one"
           " starting just short of one runs on to the next");
