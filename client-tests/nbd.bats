@@ -326,8 +326,11 @@ EOF
 
 @test "nbd: ack=dispatched writers go one by one at depth 1 and merge at depth behind a busy remote" {
   make_file "$T/r.img" 4M
+  # A write is held only behind 4 batches in flight (STREAM_BATCHES): the
+  # remote's delay must outlast 4 arrivals even on a loaded machine (at
+  # 2 ms a sanitizer run beside other suites once saw none held).
   start_remote r --filter=log --filter=delay file "$T/r.img" \
-    logfile="$T/r.log" delay-write=2ms
+    logfile="$T/r.log" delay-write=20ms
   start_plugq disk=r nbd="$(ruri r)" ack=dispatched unplug-delay=20s \
     stats="$T/stats.json" stats-interval=20ms
   pyrun "$T/r.img" "$T/r.log" "$T/stats.json" <<'EOF'
