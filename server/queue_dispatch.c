@@ -20,6 +20,7 @@
 #include <config.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <stddef.h>
 
 #include "engine_thread.h"
@@ -288,6 +289,25 @@ release_token (struct queue *q)
     pthread_cond_signal (&q->dispatch_wake);
 }
 
+/* With a token, if one is free: steps of `round` batches, at most
+ * `steps`, while flush epoch `until` has not ended.  True when this
+ * thread did some of the work.  May drop q->lock (dispatch_step).
+ */
+static bool
+run_steps (struct queue *q, int steps, unsigned round, uint64_t until)
+{
+  bool worked = false;
+
+  queue_assert_locked (q);
+  if (!take_token (q))
+    return false;
+  for (int i = 0; i < steps && q->flush.done_epoch < until
+         && dispatch_step (q, round); i++)
+    worked = true;
+  release_token (q);
+  return worked;
+}
+
 /* A request thread writes an unplugged queue out itself when a token is
  * free, up to `steps` steps of `round` batches.  True when this thread
  * did some of the work.  May drop q->lock (dispatch_step).
@@ -295,15 +315,7 @@ release_token (struct queue *q)
 bool
 run_queue_here (struct queue *q, int steps, unsigned round)
 {
-  bool worked = false;
-
-  queue_assert_locked (q);
-  if (!take_token (q))
-    return false;
-  for (int i = 0; i < steps && dispatch_step (q, round); i++)
-    worked = true;
-  release_token (q);
-  return worked;
+  return run_steps (q, steps, round, UINT64_MAX);
 }
 
 /* A request thread that must wait helps first, as long as it can, then
@@ -326,15 +338,7 @@ wait_or_work (struct queue *q, pthread_cond_t *until)
 bool
 run_queue_until_flushed (struct queue *q, uint64_t ticket)
 {
-  bool worked = false;
-
-  queue_assert_locked (q);
-  if (!take_token (q))
-    return false;
-  while (q->flush.done_epoch < ticket && dispatch_step (q, SYNC_ROUND))
-    worked = true;
-  release_token (q);
-  return worked;
+  return run_steps (q, INT_MAX, SYNC_ROUND, ticket);
 }
 
 /* ------------------------------------------------------------ the thread */
