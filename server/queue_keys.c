@@ -23,31 +23,39 @@ queue_key_known (const char *key)
   return false;
 }
 
+/* value as one of two words: *first says which.  0, or -1 with one
+ * clear line.
+ */
+static int
+parse_either (const char *key, const char *value, const char *one,
+              const char *other, bool *first)
+{
+  *first = strcmp (value, one) == 0;
+  if (*first || strcmp (value, other) == 0)
+    return 0;
+  log_error ("%s=%s: expected %s or %s", key, value, one, other);
+  return -1;
+}
+
 static int
 set_ack (struct queue_config *qc, const char *key, const char *value)
 {
-  if (strcmp (value, "queued") == 0)
-    qc->ack = ACK_QUEUED;
-  else if (strcmp (value, "dispatched") == 0)
-    qc->ack = ACK_DISPATCHED;
-  else {
-    log_error ("%s=%s: expected queued or dispatched", key, value);
+  bool queued;
+
+  if (parse_either (key, value, "queued", "dispatched", &queued) == -1)
     return -1;
-  }
+  qc->ack = queued ? ACK_QUEUED : ACK_DISPATCHED;
   return 0;
 }
 
 static int
 set_bypass (struct queue_config *qc, const char *key, const char *value)
 {
-  if (strcmp (value, "auto") == 0)
-    qc->bypass = true;
-  else if (strcmp (value, "never") == 0)
-    qc->bypass = false;
-  else {
-    log_error ("%s=%s: expected auto or never", key, value);
+  bool bypass;
+
+  if (parse_either (key, value, "auto", "never", &bypass) == -1)
     return -1;
-  }
+  qc->bypass = bypass;
   return 0;
 }
 
