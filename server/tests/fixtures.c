@@ -254,14 +254,29 @@ bool
 test_rig_one (struct test_rig *r, const struct queue_config *cfg,
               uint64_t size, unsigned async, unsigned writers)
 {
+  const struct test_shape shape = { .async = async, .writers = writers };
+
+  return test_rig_shaped (r, cfg, size, &shape);
+}
+
+bool
+test_rig_shaped (struct test_rig *r, const struct queue_config *cfg,
+                 uint64_t size, const struct test_shape *shape)
+{
   struct test_backend *tb;
 
   memset (r, 0, sizeof *r);
   tb = test_rig_backend (r, size);
-  if (tb && writers)
-    test_backend_get (tb)->max_writers = writers;
-  return tb && (async == 0 || test_backend_set_async (tb, async) == 0)
-    && test_rig_start (r, cfg);
+  if (tb == NULL
+      || (shape->async && test_backend_set_async (tb, shape->async) == -1))
+    return false;
+  if (shape->writers)
+    test_backend_get (tb)->max_writers = shape->writers;
+  if (shape->fua)
+    test_backend_set_fua (tb);
+  if (shape->writes_to_memory)
+    test_backend_set_writes_to_memory (tb);
+  return test_rig_start (r, cfg);
 }
 
 /* Gates open first so the drain can finish; the timer loop goes before

@@ -122,6 +122,16 @@ bool test_rig_start (struct test_rig *, const struct queue_config *);
  */
 bool test_rig_one (struct test_rig *, const struct queue_config *,
                    uint64_t size, unsigned async, unsigned writers);
+/* What test_rig_shaped gives the backend before the queue is made. */
+struct test_shape {
+  unsigned async;               /* > 0: asynchronous, this many in flight */
+  unsigned writers;             /* > 0: its max_writers */
+  bool fua;                     /* test_backend_set_fua */
+  bool writes_to_memory;        /* test_backend_set_writes_to_memory */
+};
+/* test_rig_one with a backend of that shape. */
+bool test_rig_shaped (struct test_rig *, const struct queue_config *,
+                      uint64_t size, const struct test_shape *);
 /* Opens every gate, drains and frees everything; the rig is zeroed. */
 void test_rig_stop (struct test_rig *);
 

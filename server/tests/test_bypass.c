@@ -63,16 +63,11 @@ static bool
 rig_start (struct test_rig *r, const struct queue_config *cfg,
            unsigned writers, bool to_memory)
 {
-  struct test_backend *tb;
+  const struct test_shape shape = {
+    .writers = writers, .writes_to_memory = to_memory,
+  };
 
-  memset (r, 0, sizeof *r);
-  tb = test_rig_backend (r, DISK_SIZE);
-  if (tb == NULL)
-    return false;
-  test_backend_get (tb)->max_writers = writers;
-  if (to_memory)
-    test_backend_set_writes_to_memory (tb);
-  return test_rig_start (r, cfg);
+  return test_rig_shaped (r, cfg, DISK_SIZE, &shape);
 }
 
 static size_t

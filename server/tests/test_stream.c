@@ -43,8 +43,7 @@
 static bool
 rig_start (struct test_rig *r, const struct queue_config *cfg)
 {
-  memset (r, 0, sizeof *r);
-  return test_rig_backend (r, DISK_SIZE) != NULL && test_rig_start (r, cfg);
+  return test_rig_one (r, cfg, DISK_SIZE, 0, 0);
 }
 
 /* One block of c at block number i. */

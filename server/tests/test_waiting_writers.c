@@ -55,15 +55,9 @@ static bool
 rig_start (struct test_rig *r, const struct queue_config *cfg,
            unsigned async, bool fua)
 {
-  struct test_backend *tb;
+  const struct test_shape shape = { .async = async, .fua = fua };
 
-  memset (r, 0, sizeof *r);
-  tb = test_rig_backend (r, DISK_SIZE);
-  if (tb == NULL || (async && test_backend_set_async (tb, async) == -1))
-    return false;
-  if (fua)
-    test_backend_set_fua (tb);
-  return test_rig_start (r, cfg);
+  return test_rig_shaped (r, cfg, DISK_SIZE, &shape);
 }
 
 /* The backend writes so far, in the order they arrived. */
