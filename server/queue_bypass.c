@@ -22,7 +22,7 @@
  *     that keep arriving (FUA writes cannot: each waits for it);
  *   - no other write going around the queue touches its bytes: two
  *     writes over the same bytes are never on the backend at once;
- *   - it does not start where one of the last RECENT_ENDS writes ended,
+ *   - it does not start where a recent write ended (continues_recent_write),
  *     unless it is max-merge bytes or more: a sequential stream is what
  *     the queue merges, so from its second write on it is queued.
  *

@@ -120,8 +120,10 @@ struct batch {
  */
 #define BYPASS_SLOTS 8
 
-/* Write ends remembered to tell a stream from random writes. */
-#define RECENT_ENDS 8
+/* Write ends remembered to tell a stream from random writes, each in
+ * the slot its end hashes to (queue_stream.c); a power of 2.
+ */
+#define RECENT_END_SLOTS 8
 
 struct queue {
   /* Set at creation, read-only after. */
@@ -188,8 +190,7 @@ struct queue {
    */
   struct { uint64_t start, end; } bypassing[BYPASS_SLOTS];
   unsigned nr_bypassing;
-  _Atomic uint64_t recent_ends[RECENT_ENDS]; /* changed under the lock */
-  unsigned recent_next;
+  _Atomic uint64_t recent_ends[RECENT_END_SLOTS]; /* changed under the lock */
   bool stopping;
 
   struct flush_state flush;

@@ -1,10 +1,16 @@
 /* plugq: sequential streams, told from random writes, and their writes
  * appended to the queued piece they continue.
  *
- * Telling a stream: the queue remembers where its last RECENT_ENDS
- * writes ended (note_write_end, whichever way each went); a write that
- * starts at one of them continues a stream.  Writes going around the
- * queue (queue_bypass.c) ask this to leave streams to the queue.
+ * Telling a stream: the queue remembers where recent writes ended
+ * (note_write_end, whichever way each went), each end in the one of
+ * RECENT_END_SLOTS slots it hashes to, which keeps the newest end that
+ * hashed there; a write that starts at a remembered end continues a
+ * stream.  One load tells it, so asking costs next to nothing to a
+ * write going around the queue (queue_bypass.c), which asks in order to
+ * leave streams to the queue.  A stream stays told while the writes
+ * between two of its own miss its slot.  Few slots keep random writes
+ * from being taken for streams: a random write starts at a remembered
+ * end by chance once in (disk blocks / slots).
  *
  * Appending: the kernel merges a bio into a request already waiting in
  * the plug list (blk_attempt_plug_merge, a back merge) instead of making
@@ -47,6 +53,16 @@
 
 /* ------------------------------------------------------------ telling */
 
+/* The slot an end is remembered in: the top bits of a multiplicative
+ * hash of its 512-byte sector, so ends of neighbouring streams spread.
+ */
+static unsigned
+end_slot (uint64_t end)
+{
+  return (unsigned) (((end >> 9) * UINT64_C (0x9e3779b97f4a7c15))
+                     >> (64 - __builtin_ctz (RECENT_END_SLOTS)));
+}
+
 /* Remembers where a write ends, whichever way it goes.  The ends are
  * atomic so a write can look before it takes the lock; they change under
  * it.
@@ -55,8 +71,8 @@ void
 note_write_end (struct queue *q, uint64_t end)
 {
   queue_assert_locked (q);
-  atomic_store_explicit (&q->recent_ends[q->recent_next++ % RECENT_ENDS],
-                         end, memory_order_relaxed);
+  atomic_store_explicit (&q->recent_ends[end_slot (end)], end,
+                         memory_order_relaxed);
 }
 
 /* Whether offset is where a recent write ended.  Nothing ends at 0,
@@ -66,13 +82,9 @@ note_write_end (struct queue *q, uint64_t end)
 bool
 continues_recent_write (const struct queue *q, uint64_t offset)
 {
-  if (offset == 0)
-    return false;
-  for (unsigned i = 0; i < RECENT_ENDS; i++)
-    if (atomic_load_explicit (&q->recent_ends[i], memory_order_relaxed)
-        == offset)
-      return true;
-  return false;
+  return offset != 0
+    && atomic_load_explicit (&q->recent_ends[end_slot (offset)],
+                             memory_order_relaxed) == offset;
 }
 
 /* ------------------------------------------------------------ appending */
