@@ -1,20 +1,24 @@
 /* plugq: sparse RAM backend.
  *
  * The disk is cut into 64 KiB pages, allocated on first write.  Pages are
- * grouped in 256 MiB chunks, and the chunks that hold at least one page sit
- * in a vector sorted by chunk number.  Memory therefore follows what was
- * written, never the disk size: a 2^63 byte disk with nothing written costs
- * one small struct, and skipping an unwritten region of any size is one
- * binary search.
+ * grouped in 256 MiB chunks, found through a three-level directory
+ * indexed by chunk number whose nodes are allocated on first use.
+ * Memory therefore follows what was written, never the disk size: a 2^63
+ * byte disk with nothing written costs one small struct, and skipping an
+ * unwritten region of any size skips whole directory nodes.
  *
- * Locking lets several of the queue's writes run at once (max_writers):
- * the directory lock is taken shared by reads and by writes into chunks
- * that exist, and exclusively only to add or drop a chunk or to zero.
- * Bytes are copied under one of PAGE_LOCKS mutexes chosen by page, so a
- * reader and a writer of one page never touch it at the same time, and
- * two writers of different pages never wait for each other.  A write
- * that spans pages is therefore not atomic to a reader; it need not be:
- * the queue lays every write still in flight over what a read returns.
+ * Locking lets several of the queue's writes run at once (max_writers)
+ * and costs a write or a read one page mutex.  Directory nodes and chunks
+ * are only ever added (under grow_lock, published with a release store)
+ * and freed at close, so finding a chunk takes no lock at all; a chunk
+ * whose pages were all zeroed stays, empty, until the disk closes (32 KiB
+ * for each 256 MiB region ever written).  Bytes are copied, and pages
+ * added or freed, under one of PAGE_LOCKS mutexes chosen by page, so a
+ * reader, a writer and a zero of one page never touch it at the same
+ * time, and two writers of different pages never wait for each other.
+ * A write or zero that spans pages is therefore not atomic to a reader;
+ * it need not be: the queue lays every write still in flight over what
+ * a read returns.
  */
 
 #ifndef _GNU_SOURCE
@@ -26,7 +30,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -51,18 +54,35 @@
 /* The queue's holders of one disk rarely exceed the CPUs that run them. */
 #define MEM_MAX_WRITERS 8
 
+/* Chunk numbers (below 2^35 on a disk below 2^63 bytes) split into a
+ * top, a middle and a leaf index.
+ */
+#define DIR_LEAF_BITS 12
+#define DIR_MID_BITS 12
+#define DIR_TOP_BITS (63 - MEM_CHUNK_SHIFT - DIR_MID_BITS - DIR_LEAF_BITS)
+#define DIR_FANOUT (1u << DIR_LEAF_BITS)   /* = 1 << DIR_MID_BITS */
+
 struct chunk {
   uint64_t index;               /* offset >> MEM_CHUNK_SHIFT */
-  unsigned npages;              /* non-NULL entries in pages (atomic) */
   unsigned char *pages[PAGES_PER_CHUNK];      /* set under a page lock */
+};
+
+/* Every pointer in the directory is set once, under grow_lock, and read
+ * with an acquire load.
+ */
+struct dir_leaf {
+  struct chunk *chunk[DIR_FANOUT];
+};
+
+struct dir_mid {
+  struct dir_leaf *leaf[DIR_FANOUT];
 };
 
 struct memory_backend {
   struct backend b;             /* first, so the two pointers convert */
-  pthread_rwlock_t lock;        /* the directory */
+  struct lock grow_lock;        /* adding to the directory */
   struct lock page_lock[PAGE_LOCKS];
-  struct chunk **dir;           /* sorted by index */
-  size_t nchunks, cap;
+  struct dir_mid *top[1u << DIR_TOP_BITS];
 };
 
 static struct memory_backend *
@@ -77,87 +97,120 @@ is_zero (const unsigned char *p, size_t len)
   return len == 0 || (p[0] == 0 && memcmp (p, p + 1, len - 1) == 0);
 }
 
-/* Position of the first chunk whose index is >= index. */
-static size_t
-chunk_lower_bound (const struct memory_backend *m, uint64_t index)
+static unsigned
+top_slot (uint64_t index)
 {
-  size_t lo = 0, hi = m->nchunks;
-
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-
-    if (m->dir[mid]->index < index)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
+  return (unsigned) (index >> (DIR_MID_BITS + DIR_LEAF_BITS));
 }
 
-static struct chunk *
-find_chunk (const struct memory_backend *m, uint64_t index)
+static unsigned
+mid_slot (uint64_t index)
 {
-  size_t pos = chunk_lower_bound (m, index);
+  return (unsigned) (index >> DIR_LEAF_BITS) & (DIR_FANOUT - 1);
+}
 
-  if (pos < m->nchunks && m->dir[pos]->index == index)
-    return m->dir[pos];
+static unsigned
+leaf_slot (uint64_t index)
+{
+  return (unsigned) index & (DIR_FANOUT - 1);
+}
+
+#define LOAD(p) __atomic_load_n (&(p), __ATOMIC_ACQUIRE)
+#define PUBLISH(p, v) __atomic_store_n (&(p), (v), __ATOMIC_RELEASE)
+
+/* The first chunk numbered from index to last, or NULL: whole nodes that
+ * were never allocated are skipped at once.  No lock.
+ */
+static struct chunk *
+next_chunk (const struct memory_backend *m, uint64_t index, uint64_t last)
+{
+  const uint64_t mid_span = (uint64_t) DIR_FANOUT * DIR_FANOUT;
+
+  while (index <= last) {
+    const struct dir_mid *mid = LOAD (m->top[top_slot (index)]);
+    const struct dir_leaf *leaf;
+    struct chunk *c;
+
+    if (mid == NULL) {
+      index = (index | (mid_span - 1)) + 1;
+      continue;
+    }
+    leaf = LOAD (mid->leaf[mid_slot (index)]);
+    if (leaf == NULL) {
+      index = (index | (DIR_FANOUT - 1)) + 1;
+      continue;
+    }
+    c = LOAD (leaf->chunk[leaf_slot (index)]);
+    if (c)
+      return c;
+    index++;
+  }
   return NULL;
 }
 
+/* The chunk numbered index, or NULL.  No lock. */
 static struct chunk *
-get_chunk (struct memory_backend *m, uint64_t index)
+find_chunk (const struct memory_backend *m, uint64_t index)
 {
-  size_t pos = chunk_lower_bound (m, index);
-  struct chunk *c;
+  const struct dir_mid *mid = LOAD (m->top[top_slot (index)]);
+  const struct dir_leaf *leaf;
 
-  if (pos < m->nchunks && m->dir[pos]->index == index)
-    return m->dir[pos];
-
-  if (m->nchunks == m->cap) {
-    size_t cap = m->cap ? m->cap * 2 : 16;
-    struct chunk **dir = realloc (m->dir, cap * sizeof *dir);
-
-    if (dir == NULL)
-      return NULL;
-    m->dir = dir;
-    m->cap = cap;
-  }
-  c = calloc (1, sizeof *c);
-  if (c == NULL)
+  if (mid == NULL)
     return NULL;
-  c->index = index;
-  memmove (&m->dir[pos + 1], &m->dir[pos],
-           (m->nchunks - pos) * sizeof m->dir[0]);
-  m->dir[pos] = c;
-  m->nchunks++;
+  leaf = LOAD (mid->leaf[mid_slot (index)]);
+  return leaf ? LOAD (leaf->chunk[leaf_slot (index)]) : NULL;
+}
+
+/* *slot, allocated (size bytes, zeroed) and published if it was NULL.
+ * grow_lock held.
+ */
+static void *
+node_at (struct memory_backend *m, void **slot, size_t size)
+{
+  void *node = *slot;
+
+  lock_assert_held (&m->grow_lock);
+  if (node == NULL) {
+    node = calloc (1, size);
+    if (node)
+      PUBLISH (*slot, node);
+  }
+  return node;
+}
+
+/* The chunk numbered index, added with the directory nodes it needs if
+ * no writer did first; NULL when out of memory.  Takes grow_lock.
+ */
+static struct chunk *
+add_chunk (struct memory_backend *m, uint64_t index)
+{
+  struct dir_mid *mid;
+  struct dir_leaf *leaf = NULL;
+  struct chunk *c = NULL;
+
+  lock_acquire (&m->grow_lock);
+  mid = node_at (m, (void **) &m->top[top_slot (index)], sizeof *mid);
+  if (mid)
+    leaf = node_at (m, (void **) &mid->leaf[mid_slot (index)], sizeof *leaf);
+  if (leaf) {
+    c = leaf->chunk[leaf_slot (index)];
+    if (c == NULL && (c = calloc (1, sizeof *c)) != NULL) {
+      c->index = index;
+      PUBLISH (leaf->chunk[leaf_slot (index)], c);
+    }
+  }
+  lock_release (&m->grow_lock);
   return c;
 }
 
-static void
-drop_chunk (struct memory_backend *m, size_t pos)
-{
-  free (m->dir[pos]);
-  memmove (&m->dir[pos], &m->dir[pos + 1],
-           (m->nchunks - pos - 1) * sizeof m->dir[0]);
-  m->nchunks--;
-}
-
 /* Page pointers are read without the page's lock where only "is there a
- * page" matters (extents, zero), while a writer may be adding one.
+ * page" matters (extents), while a writer may be adding one or a zero
+ * freeing it.
  */
 static unsigned char *
 page_at (const struct chunk *c, unsigned p)
 {
   return __atomic_load_n (&c->pages[p], __ATOMIC_ACQUIRE);
-}
-
-/* Directory lock held exclusively. */
-static void
-free_page (struct chunk *c, unsigned p)
-{
-  free (c->pages[p]);
-  __atomic_store_n (&c->pages[p], NULL, __ATOMIC_RELEASE);
-  __atomic_fetch_sub (&c->npages, 1, __ATOMIC_RELAXED);
 }
 
 static unsigned
@@ -181,9 +234,7 @@ span_in_page (uint64_t offset, size_t count)
   return MIN (left, (uint64_t) count);
 }
 
-/* The page holding offset, allocated if need be.  Directory lock held
- * shared, and the page's lock held.
- */
+/* The page holding offset, allocated if need be.  The page's lock held. */
 static unsigned char *
 page_for_write (struct memory_backend *m, struct chunk *c, uint64_t offset)
 {
@@ -191,32 +242,13 @@ page_for_write (struct memory_backend *m, struct chunk *c, uint64_t offset)
   unsigned char *page;
 
   lock_assert_held (page_lock (m, offset));
-  page = page_at (c, p);
+  page = c->pages[p];
   if (page == NULL) {
     page = calloc (1, MEM_PAGE_SIZE);
-    if (page == NULL)
-      return NULL;
-    __atomic_store_n (&c->pages[p], page, __ATOMIC_RELEASE);
-    __atomic_fetch_add (&c->npages, 1, __ATOMIC_RELAXED);
+    if (page)
+      PUBLISH (c->pages[p], page);
   }
   return page;
-}
-
-/* Drops m->lock, held shared on entry and on return, while it adds the
- * chunk for index.  A zero elsewhere may drop that chunk again before the
- * caller looks (it holds no page yet), so the caller looks again.
- */
-static int
-add_chunk (struct memory_backend *m, uint64_t index)
-{
-  struct chunk *c;
-
-  pthread_rwlock_unlock (&m->lock);
-  pthread_rwlock_wrlock (&m->lock);
-  c = get_chunk (m, index);
-  pthread_rwlock_unlock (&m->lock);
-  pthread_rwlock_rdlock (&m->lock);
-  return c ? 0 : -1;
 }
 
 static int
@@ -228,7 +260,6 @@ mem_pread (struct backend *b, void *buf, size_t count, uint64_t offset)
   if (!backend_range_ok (b, count, offset))
     return -1;
 
-  pthread_rwlock_rdlock (&m->lock);
   while (count > 0) {
     size_t n = span_in_page (offset, count);
     const struct chunk *c = find_chunk (m, offset >> MEM_CHUNK_SHIFT);
@@ -236,7 +267,7 @@ mem_pread (struct backend *b, void *buf, size_t count, uint64_t offset)
     const unsigned char *page;
 
     lock_acquire (lock);
-    page = c ? page_at (c, page_in_chunk (offset)) : NULL;
+    page = c ? c->pages[page_in_chunk (offset)] : NULL;
     if (page)
       memcpy (out, page + (offset & (MEM_PAGE_SIZE - 1)), n);
     else
@@ -246,28 +277,22 @@ mem_pread (struct backend *b, void *buf, size_t count, uint64_t offset)
     offset += n;
     count -= n;
   }
-  pthread_rwlock_unlock (&m->lock);
   return 0;
 }
 
-/* Directory lock held shared; drops m->lock while add_chunk adds a
- * chunk.
- */
 static int
 write_bytes (struct memory_backend *m, const unsigned char *in, size_t count,
              uint64_t offset)
 {
   while (count > 0) {
     size_t n = span_in_page (offset, count);
-    struct chunk *c = find_chunk (m, offset >> MEM_CHUNK_SHIFT);
+    uint64_t index = offset >> MEM_CHUNK_SHIFT;
+    struct chunk *c = find_chunk (m, index);
     struct lock *lock = page_lock (m, offset);
     unsigned char *page;
 
-    if (c == NULL) {
-      if (add_chunk (m, offset >> MEM_CHUNK_SHIFT) == -1)
-        return -1;
-      continue;
-    }
+    if (c == NULL && (c = add_chunk (m, index)) == NULL)
+      return -1;
     lock_acquire (lock);
     page = page_for_write (m, c, offset);
     if (page)
@@ -295,12 +320,10 @@ mem_pwritev (struct backend *b, const struct iovec *iov, int iovcnt,
   if (!backend_range_ok (b, total, offset))
     return -1;
 
-  pthread_rwlock_rdlock (&m->lock);
   for (i = 0; i < iovcnt && r == 0; i++) {
     r = write_bytes (m, iov[i].iov_base, iov[i].iov_len, offset);
     offset += iov[i].iov_len;
   }
-  pthread_rwlock_unlock (&m->lock);
   if (r == -1) {
     log_error ("%s: out of memory writing %" PRIu64 " bytes",
                b->description, total);
@@ -309,11 +332,36 @@ mem_pwritev (struct backend *b, const struct iovec *iov, int iovcnt,
   return r;
 }
 
-/* Clears [s, e) inside chunk c: whole pages are freed, partial ones cleared
- * and freed too once nothing but zeroes is left in them.
+/* Clears [from, to) of page p of chunk c under the page's lock: the page
+ * is freed when that is all of it, or when nothing but zeroes is left.
  */
 static void
-zero_in_chunk (struct chunk *c, uint64_t s, uint64_t e)
+zero_in_page (struct memory_backend *m, struct chunk *c, unsigned p,
+              uint64_t from, uint64_t to)
+{
+  uint64_t offset = (c->index << MEM_CHUNK_SHIFT)
+    + ((uint64_t) p << MEM_PAGE_SHIFT);
+  struct lock *lock = page_lock (m, offset);
+  unsigned char *page;
+
+  lock_acquire (lock);
+  page = c->pages[p];
+  if (page && !(from == 0 && to == MEM_PAGE_SIZE)) {
+    memset (page + from, 0, to - from);
+    if (!is_zero (page, MEM_PAGE_SIZE))
+      page = NULL;              /* keeps it */
+  }
+  if (page) {
+    PUBLISH (c->pages[p], NULL);
+    free (page);
+  }
+  lock_release (lock);
+}
+
+/* Clears [s, e) inside chunk c, a page at a time. */
+static void
+zero_in_chunk (struct memory_backend *m, struct chunk *c, uint64_t s,
+               uint64_t e)
 {
   uint64_t base = c->index << MEM_CHUNK_SHIFT;
   unsigned p = (unsigned) ((s - base) >> MEM_PAGE_SHIFT);
@@ -324,15 +372,8 @@ zero_in_chunk (struct chunk *c, uint64_t s, uint64_t e)
     uint64_t from = s > ps ? s - ps : 0;
     uint64_t to = MIN (e - ps, MEM_PAGE_SIZE);
 
-    if (page_at (c, p) == NULL)
-      continue;
-    if (from == 0 && to == MEM_PAGE_SIZE) {
-      free_page (c, p);
-      continue;
-    }
-    memset (c->pages[p] + from, 0, to - from);
-    if (is_zero (c->pages[p], MEM_PAGE_SIZE))
-      free_page (c, p);
+    if (page_at (c, p))
+      zero_in_page (m, c, p, from, to);
   }
 }
 
@@ -341,7 +382,8 @@ mem_zero (struct backend *b, uint64_t count, uint64_t offset, bool may_trim)
 {
   struct memory_backend *m = to_mem (b);
   uint64_t end = offset + count;
-  size_t pos;
+  uint64_t index, last;
+  struct chunk *c;
 
   if (!backend_range_ok (b, count, offset))
     return -1;
@@ -351,21 +393,13 @@ mem_zero (struct backend *b, uint64_t count, uint64_t offset, bool may_trim)
   /* Walks only the chunks that exist, so zeroing a huge unwritten range
    * costs nothing.
    */
-  pthread_rwlock_wrlock (&m->lock);
-  pos = chunk_lower_bound (m, offset >> MEM_CHUNK_SHIFT);
-  while (pos < m->nchunks && m->dir[pos]->index <= (end - 1) >> MEM_CHUNK_SHIFT) {
-    struct chunk *c = m->dir[pos];
+  last = (end - 1) >> MEM_CHUNK_SHIFT;
+  for (index = offset >> MEM_CHUNK_SHIFT;
+       (c = next_chunk (m, index, last)) != NULL; index = c->index + 1) {
     uint64_t cs = c->index << MEM_CHUNK_SHIFT;
-    uint64_t s = MAX (offset, cs);
-    uint64_t e = MIN (end, cs + MEM_CHUNK_SIZE);
 
-    zero_in_chunk (c, s, e);
-    if (c->npages == 0)
-      drop_chunk (m, pos);
-    else
-      pos++;
+    zero_in_chunk (m, c, MAX (offset, cs), MIN (end, cs + MEM_CHUNK_SIZE));
   }
-  pthread_rwlock_unlock (&m->lock);
   return 0;
 }
 
@@ -422,52 +456,65 @@ mem_extents (struct backend *b, uint64_t count, uint64_t offset,
   }
   end = count > b->size - offset ? b->size : offset + count;
 
-  pthread_rwlock_rdlock (&m->lock);
   while (offset < end && r == 0 && list->len - first < MAX_EXTENTS_PER_CALL) {
     uint64_t index = offset >> MEM_CHUNK_SHIFT;
-    size_t pos = chunk_lower_bound (m, index);
+    const struct chunk *c = next_chunk (m, index, (end - 1) >> MEM_CHUNK_SHIFT);
     uint64_t stop;
 
-    if (pos < m->nchunks && m->dir[pos]->index == index) {
-      uint64_t cs = index << MEM_CHUNK_SHIFT;
-
-      stop = MIN (end, cs + MEM_CHUNK_SIZE);
-      r = chunk_extents (m->dir[pos], offset, stop, list);
+    if (c && c->index == index) {
+      stop = MIN (end, (index << MEM_CHUNK_SHIFT) + MEM_CHUNK_SIZE);
+      r = chunk_extents (c, offset, stop, list);
     }
     else {
-      stop = pos < m->nchunks ? m->dir[pos]->index << MEM_CHUNK_SHIFT : end;
-      if (stop > end)
-        stop = end;
+      stop = c ? c->index << MEM_CHUNK_SHIFT : end;
       r = extent_list_append (list, offset, stop - offset,
                               EXTENT_HOLE | EXTENT_ZERO);
     }
     offset = stop;
   }
-  pthread_rwlock_unlock (&m->lock);
   return r;
 }
 
 static void
 destroy_locks (struct memory_backend *m)
 {
-  pthread_rwlock_destroy (&m->lock);
+  lock_destroy (&m->grow_lock);
   for (unsigned i = 0; i < PAGE_LOCKS; i++)
     lock_destroy (&m->page_lock[i]);
+}
+
+static void
+free_chunk (struct chunk *c)
+{
+  for (unsigned p = 0; p < PAGES_PER_CHUNK; p++)
+    free (c->pages[p]);
+  free (c);
+}
+
+static void
+free_mid (struct dir_mid *mid)
+{
+  for (unsigned i = 0; i < DIR_FANOUT; i++) {
+    struct dir_leaf *leaf = mid->leaf[i];
+
+    if (leaf == NULL)
+      continue;
+    for (unsigned j = 0; j < DIR_FANOUT; j++)
+      if (leaf->chunk[j])
+        free_chunk (leaf->chunk[j]);
+    free (leaf);
+  }
+  free (mid);
 }
 
 static void
 mem_close (struct backend *b)
 {
   struct memory_backend *m = to_mem (b);
-  size_t i;
-  unsigned p;
 
-  for (i = 0; i < m->nchunks; i++) {
-    for (p = 0; p < PAGES_PER_CHUNK; p++)
-      free (m->dir[i]->pages[p]);
-    free (m->dir[i]);
-  }
-  free (m->dir);
+  for (unsigned i = 0; i < (1u << DIR_TOP_BITS); i++)
+    if (m->top[i])
+      free_mid (m->top[i]);
   destroy_locks (m);
   free (b->description);
   free (m);
@@ -507,30 +554,18 @@ describe (uint64_t size)
   return asprintf (&s, "memory %s (sparse)", text) == -1 ? NULL : s;
 }
 
-static int
+static void
 init_locks (struct memory_backend *m)
 {
-  pthread_rwlockattr_t attr;
-  int err;
-
-  /* glibc's default rwlock lets a stream of reads and writes starve a
-   * zero, or a write's new chunk, forever.
-   */
-  pthread_rwlockattr_init (&attr);
-  pthread_rwlockattr_setkind_np (&attr,
-                                 PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-  err = pthread_rwlock_init (&m->lock, &attr);
-  pthread_rwlockattr_destroy (&attr);
-  for (unsigned i = 0; err == 0 && i < PAGE_LOCKS; i++)
+  lock_init (&m->grow_lock);
+  for (unsigned i = 0; i < PAGE_LOCKS; i++)
     lock_init (&m->page_lock[i]);
-  return err;
 }
 
 struct backend *
 backend_memory_new (uint64_t size)
 {
   struct memory_backend *m;
-  int err;
 
   if (size == 0 || size > INT64_MAX) {
     log_error ("memory: size %" PRIu64 " must be between 1 and 2^63-1 bytes",
@@ -544,13 +579,7 @@ backend_memory_new (uint64_t size)
     log_error ("memory: %m");
     return NULL;
   }
-  err = init_locks (m);
-  if (err) {
-    free (m);
-    errno = err;
-    log_error ("memory: pthread_rwlock_init: %m");
-    return NULL;
-  }
+  init_locks (m);
   m->b.ops = &memory_ops;
   m->b.size = size;
   m->b.limits = (struct block_limits) {

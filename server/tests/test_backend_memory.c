@@ -454,8 +454,10 @@ test_concurrent (void)
 
 /* Writers of max_writers threads, each on its own ranges, as the queue's
  * token holders are: lanes interleave within pages and chunks, so new
- * pages and new chunks are added by several threads at once, while a
- * zeroer empties (and drops) other chunks.
+ * pages and new chunks are added by several threads at once, while one
+ * more lane writes and zeroes its own bytes of the same pages (clearing
+ * part of a page another thread writes, and freeing pages), and a
+ * zeroer empties other chunks.
  */
 #define LANES 4
 #define LANE_ROUNDS 200
@@ -493,6 +495,24 @@ lane_writer (void *arg)
   return NULL;
 }
 
+/* The lane after the writers: writes its range, then zeroes it. */
+static void *
+lane_zeroer (void *arg)
+{
+  struct lane *l = arg;
+
+  l->ok = true;
+  for (unsigned k = 0; k < LANE_ROUNDS; k++) {
+    uint64_t offset = lane_offset (l->id, k);
+
+    pthread_barrier_wait (l->round);
+    if (l->ok)
+      l->ok = fill (l->b, 9, 3 * KiB, offset) == 0
+        && backend_zero (l->b, 3 * KiB, offset, k & 1, false) == 0;
+  }
+  return NULL;
+}
+
 /* Past every lane's ranges. */
 #define ZEROER_BASE (16 * GiB)
 #define ZEROER_CHUNKS 32
@@ -515,20 +535,21 @@ static bool
 test_parallel_writers (void)
 {
   struct backend *b = backend_memory_new (64 * GiB);
-  struct lane lanes[LANES + 1];
-  pthread_t t[LANES + 1];
+  struct lane lanes[LANES + 2];
+  pthread_t t[LANES + 2];
   pthread_barrier_t round;
   bool ok = true;
 
   if (!CHECK (b != NULL))
     return false;
-  pthread_barrier_init (&round, NULL, LANES);
-  for (unsigned i = 0; i <= LANES; i++) {
+  pthread_barrier_init (&round, NULL, LANES + 1);
+  for (unsigned i = 0; i <= LANES + 1; i++) {
     lanes[i] = (struct lane) { .b = b, .round = &round, .id = i };
-    pthread_create (&t[i], NULL, i < LANES ? lane_writer : chunk_zeroer,
-                    &lanes[i]);
+    pthread_create (&t[i], NULL,
+                    i < LANES ? lane_writer
+                    : i == LANES ? lane_zeroer : chunk_zeroer, &lanes[i]);
   }
-  for (unsigned i = 0; i <= LANES; i++) {
+  for (unsigned i = 0; i <= LANES + 1; i++) {
     pthread_join (t[i], NULL);
     ok &= CHECK (lanes[i].ok);
   }
@@ -537,6 +558,8 @@ test_parallel_writers (void)
     for (unsigned k = 0; k < LANE_ROUNDS && ok; k++)
       ok = reads_as (b, (int) (id * LANE_ROUNDS + k) % 251 + 1, 3 * KiB,
                      lane_offset (id, k));
+  for (unsigned k = 0; k < LANE_ROUNDS && ok; k++)
+    ok = reads_as (b, 0, 3 * KiB, lane_offset (LANES, k));
   /* The zeroer's last word on each of its chunks was a zero. */
   for (unsigned k = 0; k < ZEROER_CHUNKS && ok; k++)
     ok = reads_as (b, 0, 3 * KiB, ZEROER_BASE + k * 256 * MiB);
@@ -563,6 +586,6 @@ main (void)
   tap_ok (test_random (), "random writes, zeroes and trims match a model");
   tap_ok (test_concurrent (), "readers never see a torn page");
   tap_ok (test_parallel_writers (),
-          "parallel writers on shared pages and chunks, with a zeroer");
+          "parallel writers and a zeroer on shared pages and chunks");
   return tap_done ();
 }
