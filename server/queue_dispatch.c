@@ -42,6 +42,15 @@ wake_full_waiter (struct queue *q)
 
 /* Backend thread, or inside batch_submit: an asynchronous operation
  * finished.  Takes q->lock.
+ *
+ * The writer waiting for room and the dispatch thread are signalled
+ * once the lock is dropped: woken while it is held, each would only
+ * wake to sleep on the lock (glibc's condition variables do not move a
+ * waiter to the mutex), two more futex calls and a context switch for
+ * every completion.  No wake-up is lost: a waiter checks under the lock
+ * and is already waiting, or checks after this completion.  The queue
+ * outlives the call: queue_free closes the backend, which waits for its
+ * completions, before it frees the queue.
  */
 static void
 batch_done (struct backend_io *io, int err)
@@ -49,13 +58,16 @@ batch_done (struct backend_io *io, int err)
   struct batch *b = (struct batch *) ((char *) io
                                       - offsetof (struct batch, io));
   struct queue *q = b->q;
+  bool room_wanted;
 
   b->finished_ns = monotonic_ns ();
   lock_acquire (&q->lock);
   batch_complete (q, b, err);
-  wake_full_waiter (q);
-  pthread_cond_signal (&q->dispatch_wake);
+  room_wanted = q->full_waiters > 0;
   lock_release (&q->lock);
+  if (room_wanted)
+    pthread_cond_signal (&q->space);
+  pthread_cond_signal (&q->dispatch_wake);
 }
 
 /* An asynchronous backend: hands b over.  Drops q->lock while the
