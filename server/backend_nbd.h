@@ -51,11 +51,14 @@ struct nbd_backend {
   uint64_t backoff_ns;
 
   /* Guards h and connected: commands are issued under it, so the loop
-   * thread can swap a reconnected handle in safely.
+   * thread can swap a reconnected handle in safely.  The loop thread,
+   * which alone replaces h, reads h and connected without it: it runs
+   * once per reply, and taking the lock there made it wait for every
+   * command being sent.
    */
   struct lock lock;
   struct nbd_handle *h;
-  bool connected;
+  _Atomic bool connected;
   bool lost;                    /* loop thread: loss handled, redialling */
   const char *refused;          /* loop thread: why, logged once per loss */
 

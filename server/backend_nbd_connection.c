@@ -113,53 +113,53 @@ capabilities_still_met (const struct nbd_backend *nb, struct nbd_handle *h)
 
 /* ------------------------------------------------------------ loop */
 
-/* Watch the socket for what libnbd wants next. */
+/* Loop thread: watch the socket for what libnbd wants next (dir, from
+ * nbd_aio_get_direction).  Each libnbd call takes the handle's lock,
+ * which a thread sending a command holds, so the loop asks libnbd as
+ * little as it can: the descriptor only when the watcher is off, since
+ * a handle keeps its socket and a lost one stops the watcher
+ * (check_lost) before a reconnect replaces the handle.
+ */
 static void
-update_watcher (struct nbd_backend *nb)
+update_watcher (struct nbd_backend *nb, unsigned dir)
 {
-  unsigned dir;
   int events = 0, fd;
 
-  lock_acquire (&nb->lock);
   if (!nb->connected) {
-    lock_release (&nb->lock);
     ev_io_stop (nb->loop, &nb->io);
     return;
   }
-  fd = nbd_aio_get_fd (nb->h);
-  dir = nbd_aio_get_direction (nb->h);
-  lock_release (&nb->lock);
   if (dir & LIBNBD_AIO_DIRECTION_READ)
     events |= EV_READ;
   if (dir & LIBNBD_AIO_DIRECTION_WRITE)
     events |= EV_WRITE;
-  /* A reconnected socket may reuse the lost one's descriptor number. */
-  if (!ev_is_active (&nb->io) || fd != nb->io.fd
-      || events != (nb->io.events & (EV_READ | EV_WRITE))) {
-    ev_io_stop (nb->loop, &nb->io);
-    if (fd >= 0 && events) {
-      ev_io_set (&nb->io, fd, events);
-      ev_io_start (nb->loop, &nb->io);
-    }
+  if (ev_is_active (&nb->io)
+      && events == (nb->io.events & (EV_READ | EV_WRITE)))
+    return;
+  fd = ev_is_active (&nb->io) ? nb->io.fd : nbd_aio_get_fd (nb->h);
+  ev_io_stop (nb->loop, &nb->io);
+  if (fd >= 0 && events) {
+    ev_io_set (&nb->io, fd, events);
+    ev_io_start (nb->loop, &nb->io);
   }
 }
 
 /* Loop thread: whoever noticed first (a reply, or a command that could
- * not be sent), the loss is handled here once.
+ * not be sent), the loss is handled here once.  libnbd is asked only
+ * when it wants nothing from the socket (dir 0), which is how a dead or
+ * closed handle looks.
  */
 static void
-check_lost (struct nbd_backend *nb)
+check_lost (struct nbd_backend *nb, unsigned dir)
 {
-  bool lost;
-
   if (nb->lost)
     return;
-  lock_acquire (&nb->lock);
-  if (nbd_aio_is_dead (nb->h) || nbd_aio_is_closed (nb->h))
+  if (dir == 0 && (nbd_aio_is_dead (nb->h) || nbd_aio_is_closed (nb->h))) {
+    lock_acquire (&nb->lock);
     nb->connected = false;
-  lost = !nb->connected;
-  lock_release (&nb->lock);
-  if (!lost)
+    lock_release (&nb->lock);
+  }
+  if (nb->connected)
     return;
   nb->lost = true;
   nb->refused = NULL;           /* a new loss: say it again */
@@ -173,6 +173,16 @@ check_lost (struct nbd_backend *nb)
   }
 }
 
+/* Loop thread: after the socket was served, or a command was issued. */
+static void
+look_again (struct nbd_backend *nb)
+{
+  unsigned dir = nbd_aio_get_direction (nb->h);
+
+  check_lost (nb, dir);
+  update_watcher (nb, dir);
+}
+
 static void
 io_cb (struct ev_loop *loop, ev_io *w, int revents)
 {
@@ -183,15 +193,13 @@ io_cb (struct ev_loop *loop, ev_io *w, int revents)
     nbd_aio_notify_read (h);
   if (revents & EV_WRITE)
     nbd_aio_notify_write (h);
-  check_lost (nb);
-  update_watcher (nb);
+  look_again (nb);
 }
 
 static void
 wake_cb (struct ev_loop *loop, ev_async *w, int revents)
 {
-  check_lost (w->data);
-  update_watcher (w->data);
+  look_again (w->data);
 }
 
 static void
@@ -250,7 +258,7 @@ retry_cb (struct ev_loop *loop, ev_timer *w, int revents)
   nb->lost = false;
   nbd_close (old);
   log_error ("%s: reconnected", nb->uri);
-  update_watcher (nb);
+  update_watcher (nb, nbd_aio_get_direction (nb->h));
 }
 
 static void *
@@ -258,7 +266,7 @@ loop_thread (void *arg)
 {
   struct nbd_backend *nb = arg;
 
-  update_watcher (nb);
+  look_again (nb);
   ev_run (nb->loop, 0);
   return NULL;
 }
