@@ -148,13 +148,14 @@ data_buffer_new (const void *src, uint32_t size, uint32_t align,
 }
 
 struct data_buffer *
-data_buffer_new_room (const void *src, uint32_t size, uint32_t room)
+data_buffer_new_room (const void *src, uint32_t size, uint32_t room,
+                      uint32_t align, struct buffer_pool *pool)
 {
   struct data_buffer *b;
 
   if (room < size)
     room = size;
-  if ((b = buffer_alloc (room, 1, NULL)) == NULL)
+  if ((b = buffer_alloc (room, align, pool)) == NULL)
     return NULL;
   memcpy (b->data, src, size);
   atomic_init (&b->refs, 1);

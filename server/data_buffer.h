@@ -63,10 +63,12 @@ struct data_buffer *data_buffer_new (const void *src, uint32_t size,
                                      struct buffer_pool *pool,
                                      struct data_buffer_spares *spares);
 /* A copy of src with room for `room` bytes in all (at least size), for
- * data_buffer_append to add to.  From the heap, unaligned.
+ * data_buffer_append to add to; aligned and from pool as for
+ * data_buffer_new, never a spare.
  */
 struct data_buffer *data_buffer_new_room (const void *src, uint32_t size,
-                                          uint32_t room);
+                                          uint32_t room, uint32_t align,
+                                          struct buffer_pool *pool);
 /* Whether count more bytes fit after b's data. */
 static inline bool
 data_buffer_fits (const struct data_buffer *b, uint32_t count)

@@ -490,7 +490,9 @@ queue_pwrite (struct queue *q, struct session *s, const void *buf,
     return 0;
   piece_init (q, &r, OP_WRITE, count, offset, flags);
   room = stream_room (q, count, offset, flags);
-  r.buf = room ? data_buffer_new_room (buf, count, room)
+  r.buf = room
+    ? data_buffer_new_room (buf, count, room, q->backend->buffer_align,
+                            q->buffers)
     : data_buffer_new (buf, count, q->backend->buffer_align, q->buffers,
                        &q->spare_buffers);
   if (r.buf == NULL) {

@@ -25,8 +25,7 @@
  * A write is appended (append_to_stream) when:
  *   - it waits for nothing (ack=queued, not FUA): one piece then answers
  *     no one, and may carry several requests;
- *   - the disk merges at all (unplug-thresh > 1) and takes unaligned
- *     buffers;
+ *   - the disk merges at all (unplug-thresh > 1);
  *   - the newest queued piece is a write nobody waits for, ends where
  *     this one starts, and ends its buffer, which has room for the bytes
  *     (can_take_appends);
@@ -36,6 +35,11 @@
  * The newest piece only: a write merges with the arrival before it, as
  * noop promises, and the hint q->append_end (that piece's end, 0 when it
  * takes none) lets every other write pass by without the lock.
+ *
+ * On a disk that wants aligned memory (O_DIRECT) a stream's buffer is
+ * aligned like any other, so the pieces of a stream of aligned writes
+ * start aligned and go out without a bounce buffer; a sub-block stream
+ * grows one piece, whose partial blocks queue_align.c completes.
  *
  * What stays true: the write counts as a request and as a merge (the
  * kernel counts a bio merge so too), and towards unplug-thresh
@@ -96,7 +100,7 @@ static bool
 appends_allowed (const struct queue *q, unsigned flags)
 {
   return !(flags & REQ_FUA) && q->cfg.ack == ACK_QUEUED
-    && q->cfg.unplug_thresh > 1 && q->backend->buffer_align <= 1;
+    && q->cfg.unplug_thresh > 1;
 }
 
 /* Without the lock: the room for a new write's buffer, when it continues

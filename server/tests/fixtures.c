@@ -276,6 +276,8 @@ test_rig_shaped (struct test_rig *r, const struct queue_config *cfg,
     test_backend_set_fua (tb);
   if (shape->writes_to_memory)
     test_backend_set_writes_to_memory (tb);
+  if (shape->buffer_align > 1)
+    test_backend_get (tb)->buffer_align = shape->buffer_align;
   return test_rig_start (r, cfg);
 }
 

@@ -128,6 +128,7 @@ struct test_shape {
   unsigned writers;             /* > 0: its max_writers */
   bool fua;                     /* test_backend_set_fua */
   bool writes_to_memory;        /* test_backend_set_writes_to_memory */
+  uint32_t buffer_align;        /* > 1: its buffer_align */
 };
 /* test_rig_one with a backend of that shape. */
 bool test_rig_shaped (struct test_rig *, const struct queue_config *,

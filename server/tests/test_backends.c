@@ -164,6 +164,21 @@ check_range (struct test_backend *tb, const char *what, uint64_t count,
               what, offset, count, a);
 }
 
+/* Whether every vector starts on the backend's buffer_align, as O_DIRECT
+ * wants (the file backend bounces the rest, at the cost of a copy).
+ */
+static bool
+vectors_aligned (const struct backend *b, const struct iovec *iov,
+                 int iovcnt)
+{
+  uintptr_t a = b->buffer_align > 1 ? b->buffer_align : 1;
+
+  for (int i = 0; i < iovcnt; i++)
+    if ((uintptr_t) iov[i].iov_base & (a - 1))
+      return false;
+  return true;
+}
+
 /* A (possibly merged) write must fit the limits the backend gave. */
 static void
 check_write (struct test_backend *tb, const struct iovec *iov, int iovcnt,
@@ -587,7 +602,8 @@ tb_pwritev (struct backend *b, const struct iovec *iov, int iovcnt,
 {
   struct test_backend *tb = to_tb (b);
   struct tb_call c = { .op = TB_PWRITEV, .offset = offset, .iovcnt = iovcnt,
-                       .count = iov_total (iov, iovcnt) };
+                       .count = iov_total (iov, iovcnt),
+                       .memory_aligned = vectors_aligned (b, iov, iovcnt) };
   int slot = writer_enter (tb, &c);
   int r;
 
@@ -722,7 +738,7 @@ io_count (const struct backend_io *io)
 
 /* The call a submitted write, zero or trim makes. */
 static struct tb_call
-call_of_io (const struct backend_io *io)
+call_of_io (const struct backend *b, const struct backend_io *io)
 {
   struct tb_call c = { .offset = io->offset, .count = io_count (io),
                        .fua = io->fua };
@@ -731,6 +747,7 @@ call_of_io (const struct backend_io *io)
   case OP_WRITE:
     c.op = TB_PWRITEV;
     c.iovcnt = io->iovcnt;
+    c.memory_aligned = vectors_aligned (b, io->iov, io->iovcnt);
     break;
   case OP_ZERO:
     c.op = TB_ZERO;
@@ -748,7 +765,7 @@ call_of_io (const struct backend_io *io)
 static int
 run_io (struct test_backend *tb, const struct backend_io *io)
 {
-  struct tb_call c = call_of_io (io);
+  struct tb_call c = call_of_io (&tb->b, io);
 
   errno = 0;
   if (run_call (tb, &c, &(struct tb_args) { .iov = io->iov }) == -1)
@@ -984,7 +1001,7 @@ tb_submit (struct backend *b, struct backend_io *io)
   if (tb->pass_through) {
     tb->slots[slot].picked = true;
     tb->slots[slot].tb = tb;
-    tb->slots[slot].call = call_of_io (io);
+    tb->slots[slot].call = call_of_io (&tb->b, io);
     lock_release (&tb->lock);
     return pass_through (tb, &tb->slots[slot]);
   }

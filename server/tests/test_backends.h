@@ -56,6 +56,8 @@ struct tb_call {
   uint64_t offset;
   uint64_t count;               /* bytes (0 for flush) */
   int iovcnt;                   /* pwritev only */
+  bool memory_aligned;          /* pwritev: every vector starts on the
+                                 * backend's buffer_align */
   bool may_trim;                /* zero only */
   bool fua;                     /* submitted with FUA (test_backend_set_fua) */
   pthread_t thread;             /* the thread that made it */

@@ -4,6 +4,8 @@
  *  - A stream's writes after its second are appended to the second's
  *    piece: two pieces hold sixteen requests, which count as queued
  *    requests, as queued bytes and as merges, and go out as one write.
+ *  - So they are on a backend that wants aligned memory, into aligned
+ *    buffers.
  *  - A stream's pieces end on multiples of 64 KiB (one starting just
  *    short of a multiple runs on to the next).
  *  - Reads see appended bytes before they are written out; a newer write
@@ -113,6 +115,40 @@ test_stream_appends (void)
   test_rig_stop (&r);
   tap_ok (ok, "a stream's writes are appended to one queued piece: 16"
           " requests in 2 pieces, one backend write (%zu)", n);
+}
+
+/* On a backend that wants aligned memory (O_DIRECT), a stream's writes
+ * are appended as on any other, into an aligned buffer: its merged
+ * write goes out from aligned vectors, with no bounce.
+ */
+static void
+test_aligned_stream_appends (void)
+{
+  struct queue_config cfg = test_config (TEST_HOUR, 1000);
+  const struct test_shape aligned = { .buffer_align = BLOCK };
+  struct tb_call calls[MAX_CALLS];
+  struct test_rig r;
+  uint32_t pieces = 0, appended = 0;
+  size_t n = 0;
+  bool ok = CHECK (test_rig_shaped (&r, &cfg, DISK_SIZE, &aligned));
+
+  for (int i = 0; ok && i < 8; i++)
+    ok = CHECK (write_block (r.d[0].q, 'a' + i, i, 0));
+  if (ok) {
+    queue_shape (r.d[0].q, &pieces, &appended);
+    ok = CHECK (pieces == 2) && CHECK (appended == 6);
+  }
+  ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0);
+  if (ok) {
+    n = backend_writes (&r.d[0], calls);
+    ok = CHECK (n == 1) && CHECK (calls[0].count == 8 * BLOCK)
+      && CHECK (calls[0].iovcnt == 2) && CHECK (calls[0].memory_aligned);
+  }
+  for (int i = 0; ok && i < 8; i++)
+    ok = CHECK (test_backend_holds (r.d[0].tb, 'a' + i, BLOCK, i * BLOCK));
+  test_rig_stop (&r);
+  tap_ok (ok, "buffer_align 4096: 8 writes of a stream in 2 pieces, one"
+          " backend write from aligned memory (%zu)", n);
 }
 
 /* Writes blocks [from, to) of 'a' + i % 26 in order; whether the queue
@@ -304,8 +340,9 @@ test_max_merge_bounds_growth (void)
 int
 main (void)
 {
-  tap_plan (10);
+  tap_plan (11);
   test_stream_appends ();
+  test_aligned_stream_appends ();
   test_pieces_end_on_grain ();
   test_reads_and_cuts ();
   test_thresh_counts_appended ();
