@@ -367,7 +367,12 @@ test_group_commit (void)
 }
 
 #define CHUNK (16 * KiB)
-#define CHUNKS 12
+/* More than the queue's room (4 chunks) and what the backend can hold
+ * at once: 4 batches in flight (async) or 2 writers (sync), each of up
+ * to the 4 chunks a full queue merges into one, so the writer must wait.
+ */
+#define CHUNKS (4 + ASYNC_IN_FLIGHT * 4 + 4)
+_Static_assert (CHUNKS > 4 + WRITERS * 4, "CHUNKS");
 
 struct full_writer {
   struct queue *q;
