@@ -58,16 +58,25 @@ batch_done (struct backend_io *io, int err)
   struct batch *b = (struct batch *) ((char *) io
                                       - offsetof (struct batch, io));
   struct queue *q = b->q;
-  bool room_wanted;
+  bool kick, room_wanted;
 
   b->finished_ns = monotonic_ns ();
   lock_acquire (&q->lock);
   batch_complete (q, b, err);
-  room_wanted = q->full_waiters > 0;
+  /* The freed slot is taken by a writer waiting for room, which writes
+   * the queue out before it looks for room (wait_or_work), or by a
+   * holder, which looks again before it lets go (release_token).  The
+   * dispatch thread is woken only when neither will, or for a flush or
+   * a retry, which a woken writer that finds room after all would leave.
+   */
+  room_wanted = q->full_waiters > 0 && !q->stopping;
+  kick = q->holders == 0
+    && (!room_wanted || q->flush.wanted || q->retrying != NULL);
   lock_release (&q->lock);
   if (room_wanted)
     pthread_cond_signal (&q->space);
-  pthread_cond_signal (&q->dispatch_wake);
+  if (kick)
+    pthread_cond_signal (&q->dispatch_wake);
 }
 
 /* An asynchronous backend: hands b over.  Drops q->lock while the
@@ -243,9 +252,10 @@ queue_kick_dispatcher (struct queue *q)
     pthread_cond_signal (&q->dispatch_wake);
 }
 
-/* One of the disk's dispatch tokens, if one is free.  An asynchronous
- * backend's submit costs no more than the wake-up, so its queue stays
- * with the dispatch thread.
+/* One of the disk's dispatch tokens, if one is free.  On an asynchronous
+ * backend too: a request thread that submits the next batch itself (a
+ * send) saves the dispatch thread a wake-up, a context switch, for
+ * every batch.
  */
 static bool
 take_token (struct queue *q)
@@ -253,7 +263,7 @@ take_token (struct queue *q)
   queue_assert_locked (q);
   if (q->holders >= token_limit (q))
     return false;               /* the last holder looks again */
-  if (backend_is_async (q->backend) || q->stopping) {
+  if (q->stopping) {
     queue_kick_dispatcher (q);
     return false;
   }
