@@ -65,6 +65,10 @@ struct rbd_backend {
    */
   struct rbd_conn conn;
   bool started;
+  /* Set by start: a completed write is on disk on every replica, so a
+   * FUA operation needs no flush after it (rbd_conn_writes_durable).
+   */
+  bool writes_durable;
   /* Asynchronous operations submitted and not yet completed.  Also the
    * release/acquire pair between a submitter and librbd's completion
    * thread.
@@ -77,6 +81,12 @@ struct rbd_backend {
  * connection is then closed again.
  */
 int rbd_conn_open (struct rbd_conn *, const struct rbd_target *);
+/* Whether librbd completes a write on c's open image only once it is on
+ * disk on every replica: neither its cache nor its persistent write-back
+ * cache is on for the image, as the client, pool and image settings
+ * decide between them.  False when librbd cannot say.
+ */
+bool rbd_conn_writes_durable (const struct rbd_conn *c);
 /* Closes the image (releasing its lock), then the connection.  Safe on
  * a connection never or only partly opened.
  */

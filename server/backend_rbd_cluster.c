@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend_rbd.h"
@@ -200,6 +201,47 @@ rbd_conn_open (struct rbd_conn *c, const struct rbd_target *t)
     return -1;
   }
   return 0;
+}
+
+/* Whether option `name` is listed with one of the values in `durable`;
+ * an option librbd does not list does not delay writes.
+ */
+static bool
+option_allows (const rbd_config_option_t *options, int n, const char *name,
+               const char *const *durable)
+{
+  for (int i = 0; i < n; i++) {
+    if (strcmp (options[i].name, name) != 0)
+      continue;
+    for (; *durable; durable++)
+      if (strcmp (options[i].value, *durable) == 0)
+        return true;
+    return false;
+  }
+  return true;
+}
+
+bool
+rbd_conn_writes_durable (const struct rbd_conn *c)
+{
+  rbd_config_option_t *options;
+  int n = 0;
+  bool durable;
+
+  if (rbd_config_image_list (c->image, NULL, &n) != -ERANGE || n <= 0
+      || (options = calloc (n, sizeof *options)) == NULL)
+    return false;
+  if (rbd_config_image_list (c->image, options, &n) < 0) {
+    free (options);
+    return false;
+  }
+  durable = option_allows (options, n, "rbd_cache",
+                           (const char *const[]) { "false", NULL })
+    && option_allows (options, n, "rbd_persistent_cache_mode",
+                      (const char *const[]) { "disabled", NULL });
+  rbd_config_image_list_cleanup (options, n);
+  free (options);
+  return durable;
 }
 
 void

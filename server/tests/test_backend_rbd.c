@@ -34,6 +34,7 @@
 
 #include "backend.h"
 #include "backend_checks.h"
+#include "backend_rbd.h"
 #include "backend_type.h"
 #include "elevator.h"
 #include "extents.h"
@@ -42,7 +43,7 @@
 #include "model.h"
 #include "tap.h"
 
-#define NR_CASES 18
+#define NR_CASES 19
 
 #ifndef HAVE_LIBRBD
 
@@ -205,6 +206,44 @@ open_started (const char *spec)
 }
 
 /* ------------------------------------------------------------ cases */
+
+/* Whether a started disk on spec takes a completed write as durable, and
+ * a FUA write of c at offset then reads back.
+ */
+static bool
+fua_write_with (const char *spec, bool want_durable, int c, uint64_t offset)
+{
+  struct backend *b = open_started (spec);
+  char buf[4096];
+  struct iovec iov = { .iov_base = buf, .iov_len = sizeof buf };
+  bool ok = CHECK (b != NULL);
+
+  memset (buf, c, sizeof buf);
+  ok = ok && CHECK (((struct rbd_backend *) b)->writes_durable
+                    == want_durable)
+    && CHECK (backend_pwritev (b, &iov, 1, offset, true) == 0)
+    && reads_as (b, c, sizeof buf, offset);
+  backend_close (b);
+  return ok;
+}
+
+/* With librbd's caches off a completed write is on every replica, and a
+ * FUA write is just the write; an image whose own settings turn a cache
+ * on gets a flush after each FUA write again.
+ */
+static bool
+test_fua_by_cache_settings (void)
+{
+  return fua_write_with ("rbd/plain", true, 0x61, 0)
+    && CHECK (run ("timeout 30 rbd --conf '%s' config image set rbd/cached"
+                   " rbd_cache true", conf))
+    && fua_write_with ("rbd/cached", false, 0x62, 4096)
+    && CHECK (run ("timeout 30 rbd --conf '%s' config image rm rbd/cached"
+                   " rbd_cache && timeout 30 rbd --conf '%s' config image"
+                   " set rbd/cached rbd_persistent_cache_mode ssd",
+                   conf, conf))
+    && fua_write_with ("rbd/cached", false, 0x63, 8192);
+}
 
 static bool
 test_properties (void)
@@ -697,6 +736,7 @@ main (void)
   if (!create_image ("plain", IMAGE_SIZE, NULL)
       || !create_image ("exported", IMAGE_SIZE, NULL)
       || !create_image ("big", 1536 * MiB, NULL)
+      || !create_image ("cached", IMAGE_SIZE, NULL)
       || !create_image ("model", MODEL_IMAGE_SIZE, MODEL_OBJECT)) {
     skip_all_cases ("could not create the test images");
     return EXIT_FAILURE;
@@ -724,6 +764,9 @@ main (void)
   else
     for (int i = 0; i < 7; i++)
       tap_ok (false, "skipped: the image did not open");
+  tap_ok (test_fua_by_cache_settings (), "FUA is the write alone while"
+          " librbd's caches are off, a flush after it where the image"
+          " turns its cache or persistent cache on");
   tap_ok (test_extents_bounded (), "extents of a large image come 256 "
           "objects at a time");
   tap_ok (test_export_after_close (), "rbd export reads what was written; "
