@@ -316,6 +316,27 @@ queue_check_range (const struct queue *q, uint64_t count, uint64_t offset)
   return 0;
 }
 
+/* Under the lock: a request arrives, whichever way it then goes
+ * (queued, appended, around the queue).  It is counted, its session
+ * hears of this disk's write-back errors from now on, and a write's end
+ * is remembered to tell streams by.
+ */
+void
+note_request (struct queue *q, struct session *s, enum op_kind kind,
+              uint64_t count, uint64_t offset, unsigned flags)
+{
+  struct op_counters *c = &q->stats.op[kind];
+
+  queue_assert_locked (q);
+  session_writes_here (q, s);
+  c->requests++;
+  c->request_bytes += count;
+  if (kind == OP_WRITE)
+    note_write_end (q, offset + count);
+  if (flags & REQ_FUA)
+    q->stats.fua_requests++;
+}
+
 /* The request r joins the queue as a piece: it cuts what it covers,
  * takes its sequence number, is counted, and moves the plug.  The piece,
  * valid until q->lock is dropped; NULL (ENOMEM) when no piece could be
@@ -325,7 +346,6 @@ static const struct piece *
 insert_piece (struct queue *q, struct session *s, const struct piece *r,
               unsigned flags, struct completion *waiter, bool *unplugged)
 {
-  struct op_counters *c = &q->stats.op[r->kind];
   struct piece *p = piece_alloc (q);
   int cut;
 
@@ -339,19 +359,13 @@ insert_piece (struct queue *q, struct session *s, const struct piece *r,
     return NULL;
   }
   *p = *r;
-  session_writes_here (q, s);
+  note_request (q, s, p->kind, p->length, p->offset, flags);
   p->seq = ++q->next_seq;
   /* The flush that covered what p replaced now waits for p. */
   if (cut & CUT_COVERED)
     q->flush.barrier_seq = p->seq;
   p->waiter = waiter;
   p->promised = waiter == NULL || p->fua || (cut & CUT_ANY);
-  c->requests++;
-  c->request_bytes += p->length;
-  if (p->kind == OP_WRITE)
-    note_write_end (q, piece_end (p));
-  if (flags & REQ_FUA)
-    q->stats.fua_requests++;
   queue_link (q, p, NULL);
   note_newest_piece (q, p);
   if (behind_busy_stream (q, p)) {

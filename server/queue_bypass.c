@@ -131,7 +131,6 @@ int
 bypass_write (struct queue *q, struct session *s, const void *buf,
               uint32_t count, uint64_t offset, unsigned flags)
 {
-  struct op_counters *c = &q->stats.op[OP_WRITE];
   uint64_t start_ns;
   unsigned slot;
   int err;
@@ -142,12 +141,7 @@ bypass_write (struct queue *q, struct session *s, const void *buf,
     return BYPASS_DECLINED;
   }
   slot = claim_slot (q, count, offset);
-  session_writes_here (q, s);
-  note_write_end (q, offset + count);
-  c->requests++;
-  c->request_bytes += count;
-  if (flags & REQ_FUA)
-    q->stats.fua_requests++;
+  note_request (q, s, OP_WRITE, count, offset, flags);
   lock_release (&q->lock);
 
   start_ns = monotonic_ns ();

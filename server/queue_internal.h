@@ -236,6 +236,8 @@ queue_release_answer (struct queue *q, int err)
 }
 
 /* queue.c */
+void note_request (struct queue *, struct session *, enum op_kind,
+                   uint64_t count, uint64_t offset, unsigned flags);
 int queue_check_range (const struct queue *, uint64_t count,
                        uint64_t offset);
 void queue_plug (struct queue *);

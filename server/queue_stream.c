@@ -175,7 +175,6 @@ bool
 append_to_stream (struct queue *q, struct session *s, const void *buf,
                   uint32_t count, uint64_t offset)
 {
-  struct op_counters *c = &q->stats.op[OP_WRITE];
   struct piece *p = TAILQ_LAST (&q->by_age, piece_list);
   struct piece *next;
 
@@ -189,11 +188,8 @@ append_to_stream (struct queue *q, struct session *s, const void *buf,
     return false;
   data_buffer_append (p->buf, buf, count);
   piece_grow (q, p, count);
-  c->requests++;
-  c->request_bytes += count;
-  c->merges++;
-  session_writes_here (q, s);
-  note_write_end (q, offset + count);
+  note_request (q, s, OP_WRITE, count, offset, 0);
+  q->stats.op[OP_WRITE].merges++;
   note_newest_piece (q, p);
   return true;
 }
