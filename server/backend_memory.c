@@ -15,7 +15,7 @@
  * for each 256 MiB region ever written).  Bytes are copied, and pages
  * added or freed, under one of PAGE_LOCKS mutexes chosen by page, so a
  * reader, a writer and a zero of one page never touch it at the same
- * time, and two writers of different pages never wait for each other.
+ * time, and two writers of different pages seldom wait for each other.
  * A write or zero that spans pages is therefore not atomic to a reader;
  * it need not be: the queue lays every write still in flight over what
  * a read returns.
@@ -332,16 +332,16 @@ mem_pwritev (struct backend *b, const struct iovec *iov, int iovcnt,
   return r;
 }
 
-/* Clears [from, to) of page p of chunk c under the page's lock: the page
- * is freed when that is all of it, or when nothing but zeroes is left.
+/* Clears [from, to) of the page of chunk c at disk offset ps, under the
+ * page's lock: the page is freed when that is all of it, or when nothing
+ * but zeroes is left.
  */
 static void
-zero_in_page (struct memory_backend *m, struct chunk *c, unsigned p,
+zero_in_page (struct memory_backend *m, struct chunk *c, uint64_t ps,
               uint64_t from, uint64_t to)
 {
-  uint64_t offset = (c->index << MEM_CHUNK_SHIFT)
-    + ((uint64_t) p << MEM_PAGE_SHIFT);
-  struct lock *lock = page_lock (m, offset);
+  unsigned p = page_in_chunk (ps);
+  struct lock *lock = page_lock (m, ps);
   unsigned char *page;
 
   lock_acquire (lock);
@@ -373,7 +373,7 @@ zero_in_chunk (struct memory_backend *m, struct chunk *c, uint64_t s,
     uint64_t to = MIN (e - ps, MEM_PAGE_SIZE);
 
     if (page_at (c, p))
-      zero_in_page (m, c, p, from, to);
+      zero_in_page (m, c, ps, from, to);
   }
 }
 
@@ -447,7 +447,7 @@ mem_extents (struct backend *b, uint64_t count, uint64_t offset,
 {
   struct memory_backend *m = to_mem (b);
   size_t first = list->len;
-  uint64_t end;
+  uint64_t end, last;
   int r = 0;
 
   if (offset >= b->size || count == 0) {
@@ -455,10 +455,11 @@ mem_extents (struct backend *b, uint64_t count, uint64_t offset,
     return -1;
   }
   end = count > b->size - offset ? b->size : offset + count;
+  last = (end - 1) >> MEM_CHUNK_SHIFT;
 
   while (offset < end && r == 0 && list->len - first < MAX_EXTENTS_PER_CALL) {
     uint64_t index = offset >> MEM_CHUNK_SHIFT;
-    const struct chunk *c = next_chunk (m, index, (end - 1) >> MEM_CHUNK_SHIFT);
+    const struct chunk *c = next_chunk (m, index, last);
     uint64_t stop;
 
     if (c && c->index == index) {
