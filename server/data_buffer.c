@@ -124,27 +124,36 @@ spare_park (struct data_buffer_spares *s, struct data_buffer *b)
   }
 }
 
+/* b, holding a copy of src and one reference. */
+static struct data_buffer *
+buffer_fill (struct data_buffer *b, const void *src, uint32_t size,
+             uint32_t room, struct data_buffer_spares *spares)
+{
+  memcpy (b->data, src, size);
+  atomic_init (&b->refs, 1);
+  b->size = size;
+  b->room = room;
+  b->spares = spares;
+  return b;
+}
+
 struct data_buffer *
 data_buffer_new (const void *src, uint32_t size, uint32_t align,
                  struct buffer_pool *pool, struct data_buffer_spares *spares)
 {
   bool small = spares && size <= DATA_BUFFER_SMALL;
   struct data_buffer *b = small ? spare_take (spares) : NULL;
+  /* A spare of a disk with aligned buffers must not grow: its data
+   * would no longer end on the alignment the backend needs.
+   */
+  uint32_t room = small && align <= 1 ? DATA_BUFFER_SMALL : size;
 
   if (b == NULL) {
     b = buffer_alloc (small ? DATA_BUFFER_SMALL : size, align, pool);
     if (b == NULL)
       return NULL;
   }
-  memcpy (b->data, src, size);
-  atomic_init (&b->refs, 1);
-  b->size = size;
-  /* A spare of a disk with aligned buffers must not grow: its data
-   * would no longer end on the alignment the backend needs.
-   */
-  b->room = small && align <= 1 ? DATA_BUFFER_SMALL : size;
-  b->spares = small ? spares : NULL;
-  return b;
+  return buffer_fill (b, src, size, room, small ? spares : NULL);
 }
 
 struct data_buffer *
@@ -157,12 +166,7 @@ data_buffer_new_room (const void *src, uint32_t size, uint32_t room,
     room = size;
   if ((b = buffer_alloc (room, align, pool)) == NULL)
     return NULL;
-  memcpy (b->data, src, size);
-  atomic_init (&b->refs, 1);
-  b->size = size;
-  b->room = room;
-  b->spares = NULL;
-  return b;
+  return buffer_fill (b, src, size, room, NULL);
 }
 
 void
