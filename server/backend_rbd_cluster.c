@@ -203,21 +203,16 @@ rbd_conn_open (struct rbd_conn *c, const struct rbd_target *t)
   return 0;
 }
 
-/* Whether option `name` is listed with one of the values in `durable`;
- * an option librbd does not list does not delay writes.
+/* Whether option `name` is listed with `value`; an option librbd does
+ * not list does not delay writes.
  */
 static bool
-option_allows (const rbd_config_option_t *options, int n, const char *name,
-               const char *const *durable)
+option_is (const rbd_config_option_t *options, int n, const char *name,
+           const char *value)
 {
-  for (int i = 0; i < n; i++) {
-    if (strcmp (options[i].name, name) != 0)
-      continue;
-    for (; *durable; durable++)
-      if (strcmp (options[i].value, *durable) == 0)
-        return true;
-    return false;
-  }
+  for (int i = 0; i < n; i++)
+    if (strcmp (options[i].name, name) == 0)
+      return strcmp (options[i].value, value) == 0;
   return true;
 }
 
@@ -235,10 +230,8 @@ rbd_conn_writes_durable (const struct rbd_conn *c)
     free (options);
     return false;
   }
-  durable = option_allows (options, n, "rbd_cache",
-                           (const char *const[]) { "false", NULL })
-    && option_allows (options, n, "rbd_persistent_cache_mode",
-                      (const char *const[]) { "disabled", NULL });
+  durable = option_is (options, n, "rbd_cache", "false")
+    && option_is (options, n, "rbd_persistent_cache_mode", "disabled");
   rbd_config_image_list_cleanup (options, n);
   free (options);
   return durable;
