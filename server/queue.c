@@ -492,8 +492,8 @@ queue_pwrite (struct queue *q, struct session *s, const void *buf,
   if (count == 0)
     return 0;
   /* Only a hint without the lock: bypass_write decides under it. */
-  if (q->bypass
-      && atomic_load_explicit (&q->pieces_present, memory_order_relaxed) == 0) {
+  if (q->bypass && atomic_load_explicit (&q->pieces_present,
+                                         memory_order_relaxed) == 0) {
     int answer = bypass_write (q, s, buf, count, offset, flags);
 
     if (answer != BYPASS_DECLINED)

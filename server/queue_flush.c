@@ -29,10 +29,10 @@
  * A FUA write is queued like any write (cutting older pieces, so no
  * older write can land over it later), unplugs (sync trigger), and goes
  * through the same sequence from step 1; one that goes around the queue
- * (queue_bypass.c) starts at step 1 once it is written.  On a queue whose writes carry
- * FUA (an asynchronous backend with FUA), its batch goes out with FUA
- * instead, and only a FUA piece that was superseded before it went out
- * takes the sequence (fua_written_locked).
+ * (queue_bypass.c) starts at step 1 once it is written.  On a queue
+ * whose writes carry FUA (an asynchronous backend with FUA), its batch
+ * goes out with FUA instead, and only a FUA piece that was superseded
+ * before it went out takes the sequence (fua_written_and_unlock).
  *
  * Errors: a backend flush that fails fails every ticket of its epoch.
  * A write-out failure that no waiting request hears of (ack=queued) and
@@ -207,9 +207,9 @@ sleep_until_answered (struct queue *q, struct session *s, uint64_t ticket,
 }
 
 /* Step 4: waits for the ticket's epoch, helping to write the queue out
- * while it can (run_queue_until_flushed), then asleep.  Returns 0 or an errno;
- * q->lock held on entry, released on return.  start_ns, when not 0, is
- * a FLUSH request's arrival, for its latency.
+ * while it can (run_queue_until_flushed), then asleep.  Returns 0 or an
+ * errno; q->lock held on entry, released on return.  start_ns, when not
+ * 0, is a FLUSH request's arrival, for its latency.
  *
  * Not woken by every written batch: a FUA stream keeps a dozen threads
  * here, and waking them all for each batch costs context switches.
