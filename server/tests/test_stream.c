@@ -55,6 +55,28 @@ write_block (struct queue *q, int c, uint64_t i, unsigned flags)
   return test_write_fill (q, NULL, c, BLOCK, i * BLOCK, flags) == 0;
 }
 
+/* Blocks [from, to) of 'a' + i % 26, in order. */
+static bool
+write_blocks (struct queue *q, int from, int to, unsigned flags)
+{
+  for (int i = from; i < to; i++)
+    if (!CHECK (write_block (q, 'a' + i % 26, i, flags)))
+      return false;
+  return true;
+}
+
+/* Whether the backend holds blocks [from, to) as write_blocks wrote
+ * them.
+ */
+static bool
+blocks_landed (struct test_backend *tb, int from, int to)
+{
+  for (int i = from; i < to; i++)
+    if (!CHECK (test_backend_holds (tb, 'a' + i % 26, BLOCK, i * BLOCK)))
+      return false;
+  return true;
+}
+
 /* Pieces queued, requests appended to them. */
 static void
 queue_shape (struct queue *q, uint32_t *pieces, uint32_t *appended)
@@ -84,8 +106,7 @@ test_stream_appends (void)
   size_t n = 0;
   bool ok = CHECK (rig_start (&r, &cfg));
 
-  for (int i = 0; ok && i < 16; i++)
-    ok = CHECK (write_block (r.d[0].q, 'a' + i, i, 0));
+  ok = ok && write_blocks (r.d[0].q, 0, 16, 0);
   if (ok) {
     queue_shape (r.d[0].q, &pieces, &appended);
     st = test_stats (r.d[0].q);
@@ -110,8 +131,7 @@ test_stream_appends (void)
       && CHECK (st.op[OP_WRITE].backend_ops == 1)
       && CHECK (st.queued_requests == 0);
   }
-  for (int i = 0; ok && i < 16; i++)
-    ok = CHECK (test_backend_holds (r.d[0].tb, 'a' + i, BLOCK, i * BLOCK));
+  ok = ok && blocks_landed (r.d[0].tb, 0, 16);
   test_rig_stop (&r);
   tap_ok (ok, "a stream's writes are appended to one queued piece: 16"
           " requests in 2 pieces, one backend write (%zu)", n);
@@ -132,8 +152,7 @@ test_aligned_stream_appends (void)
   size_t n = 0;
   bool ok = CHECK (test_rig_shaped (&r, &cfg, DISK_SIZE, &aligned));
 
-  for (int i = 0; ok && i < 8; i++)
-    ok = CHECK (write_block (r.d[0].q, 'a' + i, i, 0));
+  ok = ok && write_blocks (r.d[0].q, 0, 8, 0);
   if (ok) {
     queue_shape (r.d[0].q, &pieces, &appended);
     ok = CHECK (pieces == 2) && CHECK (appended == 6);
@@ -144,8 +163,7 @@ test_aligned_stream_appends (void)
     ok = CHECK (n == 1) && CHECK (calls[0].count == 8 * BLOCK)
       && CHECK (calls[0].iovcnt == 2) && CHECK (calls[0].memory_aligned);
   }
-  for (int i = 0; ok && i < 8; i++)
-    ok = CHECK (test_backend_holds (r.d[0].tb, 'a' + i, BLOCK, i * BLOCK));
+  ok = ok && blocks_landed (r.d[0].tb, 0, 8);
   test_rig_stop (&r);
   tap_ok (ok, "buffer_align 4096: 8 writes of a stream in 2 pieces, one"
           " backend write from aligned memory (%zu)", n);
@@ -160,9 +178,8 @@ stream_shape (struct queue *q, int from, int to, uint32_t want_pieces,
 {
   uint32_t pieces, appended;
 
-  for (int i = from; i < to; i++)
-    if (!CHECK (write_block (q, 'a' + i % 26, i, 0)))
-      return false;
+  if (!write_blocks (q, from, to, 0))
+    return false;
   queue_shape (q, &pieces, &appended);
   return CHECK (pieces == want_pieces) && CHECK (appended == want_appended);
 }
@@ -184,9 +201,7 @@ test_pieces_end_on_grain (void)
    */
   ok = ok && stream_shape (r.d[0].q, 21, 53, 4, 35);
   ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0);
-  for (int i = 14; ok && i < 53; i++)
-    ok = CHECK (test_backend_holds (r.d[0].tb, 'a' + i % 26, BLOCK,
-                                    i * BLOCK));
+  ok = ok && blocks_landed (r.d[0].tb, 14, 53);
   test_rig_stop (&r);
   tap_ok (ok, "a stream's pieces end on multiples of 64 KiB, and one"
           " starting just short of one runs on to the next");
@@ -200,8 +215,7 @@ test_reads_and_cuts (void)
   uint32_t pieces = 0, appended = 0;
   bool ok = CHECK (rig_start (&r, &cfg));
 
-  for (int i = 0; ok && i < 4; i++)
-    ok = CHECK (write_block (r.d[0].q, 'a' + i, i, 0));
+  ok = ok && write_blocks (r.d[0].q, 0, 4, 0);
   for (int i = 0; ok && i < 4; i++)
     ok = CHECK (test_queue_reads_as (r.d[0].q, 'a' + i, BLOCK, i * BLOCK));
   /* 'z' over the third block cuts the piece it was appended to. */
@@ -231,8 +245,7 @@ test_thresh_counts_appended (void)
   struct queue_stats st;
   bool ok = CHECK (rig_start (&r, &cfg));
 
-  for (int i = 0; ok && i < 3; i++)
-    ok = CHECK (write_block (r.d[0].q, 'a' + i, i, 0));
+  ok = ok && write_blocks (r.d[0].q, 0, 3, 0);
   ok = ok && CHECK (test_stats (r.d[0].q).unplugs[UNPLUG_THRESHOLD] == 0)
     && CHECK (write_block (r.d[0].q, 'd', 3, 0));
   if (ok) {
@@ -292,16 +305,14 @@ test_no_append (enum ack_mode ack, uint32_t thresh, unsigned flags,
 
   cfg.ack = ack;
   ok = CHECK (rig_start (&r, &cfg));
-  for (int i = 0; ok && i < 4; i++)
-    ok = CHECK (write_block (r.d[0].q, 'a' + i, i, flags));
+  ok = ok && write_blocks (r.d[0].q, 0, 4, flags);
   if (ok) {
     queue_shape (r.d[0].q, &pieces, &appended);
     ok = CHECK (appended == 0)
       && CHECK (test_stats (r.d[0].q).op[OP_WRITE].requests == 4);
   }
   ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0);
-  for (int i = 0; ok && i < 4; i++)
-    ok = CHECK (test_backend_holds (r.d[0].tb, 'a' + i, BLOCK, i * BLOCK));
+  ok = ok && blocks_landed (r.d[0].tb, 0, 4);
   test_rig_stop (&r);
   tap_ok (ok, "%s: nothing is appended", what);
 }
@@ -319,8 +330,7 @@ test_max_merge_bounds_growth (void)
   /* Each max-merge of queued bytes unplugs, as it does without appends. */
   cfg.max_merge = 4 * BLOCK;
   ok = CHECK (rig_start (&r, &cfg));
-  for (int i = 0; ok && i < 12; i++)
-    ok = CHECK (write_block (r.d[0].q, 'a' + i, i, 0));
+  ok = ok && write_blocks (r.d[0].q, 0, 12, 0);
   ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0);
   if (ok) {
     n = backend_writes (&r.d[0], calls);
@@ -330,8 +340,7 @@ test_max_merge_bounds_growth (void)
     ok &= CHECK (n >= 3)
       && CHECK (st.op[OP_WRITE].merges == 12 - st.op[OP_WRITE].backend_ops);
   }
-  for (int i = 0; ok && i < 12; i++)
-    ok = CHECK (test_backend_holds (r.d[0].tb, 'a' + i, BLOCK, i * BLOCK));
+  ok = ok && blocks_landed (r.d[0].tb, 0, 12);
   test_rig_stop (&r);
   tap_ok (ok, "pieces grow no larger than max-merge (%zu backend writes)",
           n);
