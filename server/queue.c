@@ -316,27 +316,6 @@ queue_check_range (const struct queue *q, uint64_t count, uint64_t offset)
   return 0;
 }
 
-/* Under the lock: a request arrives, whichever way it then goes
- * (queued, appended, around the queue).  It is counted, its session
- * hears of this disk's write-back errors from now on, and a write's end
- * is remembered to tell streams by.
- */
-void
-note_request (struct queue *q, struct session *s, enum op_kind kind,
-              uint64_t count, uint64_t offset, unsigned flags)
-{
-  struct op_counters *c = &q->stats.op[kind];
-
-  queue_assert_locked (q);
-  session_writes_here (q, s);
-  c->requests++;
-  c->request_bytes += count;
-  if (kind == OP_WRITE)
-    note_write_end (q, offset + count);
-  if (flags & REQ_FUA)
-    q->stats.fua_requests++;
-}
-
 /* The request r joins the queue as a piece: it cuts what it covers,
  * takes its sequence number, is counted, and moves the plug.  The piece,
  * valid until q->lock is dropped; NULL (ENOMEM) when no piece could be

@@ -236,8 +236,6 @@ queue_release_answer (struct queue *q, int err)
 }
 
 /* queue.c */
-void note_request (struct queue *, struct session *, enum op_kind,
-                   uint64_t count, uint64_t offset, unsigned flags);
 int queue_check_range (const struct queue *, uint64_t count,
                        uint64_t offset);
 void queue_plug (struct queue *);
@@ -283,6 +281,28 @@ void note_newest_piece (struct queue *, const struct piece *);
 void forget_if_newest (struct queue *, const struct piece *);
 bool append_to_stream (struct queue *, struct session *, const void *buf,
                        uint32_t count, uint64_t offset);
+
+/* Under the lock: a request arrives, whichever way it then goes
+ * (queued, appended, around the queue).  It is counted, its session
+ * hears of this disk's write-back errors from now on, and a write's end
+ * is remembered to tell streams by.  Inline: it is on every write's
+ * path, and the kind is known where it is called.
+ */
+static inline void
+note_request (struct queue *q, struct session *s, enum op_kind kind,
+              uint64_t count, uint64_t offset, unsigned flags)
+{
+  struct op_counters *c = &q->stats.op[kind];
+
+  queue_assert_locked (q);
+  session_writes_here (q, s);
+  c->requests++;
+  c->request_bytes += count;
+  if (kind == OP_WRITE)
+    note_write_end (q, offset + count);
+  if (flags & REQ_FUA)
+    q->stats.fua_requests++;
+}
 
 /* queue_read.c */
 int read_overlaid (struct queue *, void *buf, uint32_t count,
