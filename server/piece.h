@@ -9,7 +9,7 @@
 #ifndef PLUGQ_PIECE_H
 #define PLUGQ_PIECE_H
 
-#include <pthread.h>
+#include <semaphore.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -22,8 +22,10 @@
 struct data_buffer;
 
 /* What a waiting client (FUA, ack=dispatched) watches.  Its pieces are
- * counted down under the queue lock, and cond is signalled when the last
- * one is written (or superseded), so a write wakes only its own writer.
+ * counted down under the queue lock.  A writer that goes to sleep sets
+ * `sleeping` and waits on `written` without the lock; whoever writes its
+ * last piece (or supersedes it) posts it, so a write wakes only its own
+ * writer, and that writer answers without taking the lock again.
  */
 struct completion {
   uint32_t pending;             /* pieces not yet written */
@@ -31,7 +33,8 @@ struct completion {
   bool needs_flush;             /* a piece was written without FUA, or
                                  * superseded: only a backend flush makes
                                  * the request durable */
-  pthread_cond_t cond;
+  bool sleeping;                /* on `written`, q->lock dropped */
+  sem_t written;
 };
 
 struct piece {
@@ -89,21 +92,6 @@ piece_can_follow (const struct piece *prev, const struct piece *next)
 {
   return piece_end (prev) == next->offset && prev->kind == next->kind
     && (prev->kind != OP_ZERO || prev->may_trim == next->may_trim);
-}
-
-/* Under the queue lock: p is on the backend (durable there when it went
- * out with FUA) or superseded; its waiter, if any, has one piece less to
- * wait for.
- */
-static inline void
-piece_written (struct piece *p, bool durable)
-{
-  if (p->waiter == NULL)
-    return;
-  if (!durable)
-    p->waiter->needs_flush = true;
-  if (--p->waiter->pending == 0)
-    pthread_cond_signal (&p->waiter->cond);
 }
 
 #endif /* PLUGQ_PIECE_H */

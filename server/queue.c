@@ -16,8 +16,10 @@
  */
 #include <config.h>
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <semaphore.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -355,34 +357,43 @@ insert_piece (struct queue *q, struct session *s, const struct piece *r,
   return p;
 }
 
-/* A request behind a busy stream (behind_busy_stream) sleeps until its
- * pieces are written, leaving them to whoever completes the stream's
- * write in flight instead of sending them alone.  Counted as a
- * dispatched waiter, so the queue is not plugged again under it.  Drops
- * q->lock while it sleeps.
- */
-static void
-wait_behind_stream (struct queue *q, struct completion *done)
-{
-  queue_assert_locked (q);
-  q->dispatched_waiters++;
-  if (done->pending > 0)
-    lock_wait (&done->cond, &q->lock);
-  q->dispatched_waiters--;
-}
-
-/* Until every piece of the request is written: 0 or its errno.  Drops
- * q->lock while waiting.
+/* Until every piece of the request is written, asleep: piece_written
+ * posts done and uncounts the waiter.  0 or the first errno of its
+ * pieces.  q->lock held on entry, released on return.
  */
 static int
-wait_dispatched (struct queue *q, struct completion *done)
+sleep_until_written (struct queue *q, struct completion *done)
+{
+  queue_assert_locked (q);
+  if (done->pending == 0) {
+    q->dispatched_waiters--;
+    lock_release (&q->lock);
+    return done->err;
+  }
+  done->sleeping = true;
+  lock_release (&q->lock);
+  while (sem_wait (&done->written) == -1)
+    assert (errno == EINTR);
+  return done->err;
+}
+
+/* Until every piece of the request is written: 0 or its errno.  A
+ * request behind a busy stream (held, behind_busy_stream) only sleeps,
+ * leaving its pieces to whoever completes the stream's write in flight
+ * instead of sending them alone; any other helps write the queue out
+ * while it can.  Counted as a dispatched waiter meanwhile, so the queue
+ * is not plugged again under it.  q->lock held on entry, released on
+ * return.
+ */
+static int
+wait_written_and_unlock (struct queue *q, struct completion *done, bool held)
 {
   queue_assert_locked (q);
   q->dispatched_waiters++;
-  while (done->pending > 0)
-    wait_or_work (q, &done->cond);
-  q->dispatched_waiters--;
-  return done->err;
+  if (!held)
+    while (done->pending > 0 && run_queue_here (q, STEPS_HERE, SYNC_ROUND))
+      ;
+  return sleep_until_written (q, done);
 }
 
 /* A request that waits for nothing helps write out the queue its
@@ -399,6 +410,32 @@ help_after_queueing (struct queue *q, bool unplugged)
     run_queue_here (q, 1, HELP_ROUND);
 }
 
+/* A request that waits (ack=dispatched, FUA) after its piece p was
+ * queued: 0 or an errno.  q->lock held on entry, released on return.
+ */
+static int
+wait_for_request (struct queue *q, struct session *s, const struct piece *p,
+                  unsigned flags, struct completion *done)
+{
+  bool held = p->held_until != 0;
+  int err;
+
+  if (!(flags & REQ_FUA))
+    return wait_written_and_unlock (q, done, held);
+  if (!q->writes_carry_fua) {
+    if (held) {
+      wait_written_and_unlock (q, done, true);
+      lock_acquire (&q->lock);
+    }
+    return fua_wait_and_unlock (q, s, done);
+  }
+  err = wait_written_and_unlock (q, done, held);
+  if (err)
+    return err;
+  lock_acquire (&q->lock);
+  return fua_written_and_unlock (q, s, done);
+}
+
 /* Queues the request r (unlocked on entry; r's buffer, if any, passes
  * to the queue) and waits as the ack mode and FUA say.
  */
@@ -406,36 +443,30 @@ static int
 submit (struct queue *q, struct session *s, const struct piece *r,
         unsigned flags)
 {
-  struct completion done = {
-    .pending = 1, .cond = PTHREAD_COND_INITIALIZER,
-  };
+  struct completion done = { .pending = 1 };
   bool wait = (flags & REQ_FUA) || q->cfg.ack == ACK_DISPATCHED;
   const struct piece *p;
   bool unplugged;
   int err = 0;
 
+  if (wait)
+    sem_init (&done.written, 0, 0);
   lock_acquire (&q->lock);
   wait_for_space (q, r->kind == OP_WRITE ? r->length : 0);
   p = insert_piece (q, s, r, flags, wait ? &done : NULL, &unplugged);
   if (p == NULL) {
     lock_release (&q->lock);
     data_buffer_put (r->buf);
-    errno = ENOMEM;
-    return -1;
+    err = ENOMEM;
   }
-  if (p->held_until)
-    wait_behind_stream (q, &done);
-  if ((flags & REQ_FUA) && !q->writes_carry_fua)
-    err = fua_wait_and_unlock (q, s, &done);
-  else if (wait && (err = wait_dispatched (q, &done)) == 0
-           && (flags & REQ_FUA))
-    err = fua_written_and_unlock (q, s, &done);
+  else if (wait)
+    err = wait_for_request (q, s, p, flags, &done);
   else {
-    if (!wait)
-      help_after_queueing (q, unplugged);
+    help_after_queueing (q, unplugged);
     lock_release (&q->lock);
   }
-  pthread_cond_destroy (&done.cond);
+  if (wait)
+    sem_destroy (&done.written);
   return queue_answer (err);
 }
 

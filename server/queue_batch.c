@@ -390,7 +390,7 @@ piece_complete (struct queue *q, const struct batch *b, struct piece *p,
                q->name, strerror (err));
     *latched = true;
   }
-  piece_written (p, b->fua && err == 0);
+  piece_written (q, p, b->fua && err == 0);
   piece_release (q, p);
 }
 

@@ -184,7 +184,9 @@ struct queue {
   unsigned holders;             /* dispatch tokens held */
   uint64_t unplug_seq;          /* an unplug sends out everything up to here */
   uint32_t full_waiters;
-  uint32_t dispatched_waiters;  /* ack=dispatched writers not yet answered */
+  uint32_t dispatched_waiters;  /* ack=dispatched writers not yet answered:
+                                 * each counts itself, and whoever wakes
+                                 * a sleeping one uncounts it */
   /* Writes going around the queue, each holding a dispatch token; a free
    * slot has end 0.
    */
@@ -251,6 +253,7 @@ void pieces_free (struct queue *);
 void queue_link (struct queue *, struct piece *, struct piece *after);
 void queue_unlink (struct queue *, struct piece *);
 void piece_grow (struct queue *, struct piece *, uint32_t count);
+void piece_written (struct queue *, struct piece *, bool durable);
 struct piece *first_reaching (struct piece_tree *, uint64_t offset);
 /* What cut_overlaps cut: any queued piece, one a pending FLUSH covers. */
 #define CUT_ANY 1

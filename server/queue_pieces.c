@@ -142,6 +142,27 @@ piece_grow (struct queue *q, struct piece *p, uint32_t count)
   account_bytes (q, p, count);
 }
 
+/* p is on the backend (durable there when it went out with FUA) or
+ * superseded: its waiter, if any, has one piece less to wait for.  A
+ * waiter asleep on its last piece is posted and stops counting as a
+ * dispatched waiter here, as it will not take the lock again for that.
+ */
+void
+piece_written (struct queue *q, struct piece *p, bool durable)
+{
+  struct completion *w = p->waiter;
+
+  queue_assert_locked (q);
+  if (w == NULL)
+    return;
+  if (!durable)
+    w->needs_flush = true;
+  if (--w->pending > 0 || !w->sleeping)
+    return;
+  q->dispatched_waiters--;
+  sem_post (&w->written);
+}
+
 /* A piece that will never reach the backend because a newer request
  * covers it counts as written for whoever waits on it: the newer data
  * is what the disk must hold.
@@ -152,7 +173,7 @@ piece_superseded (struct queue *q, struct piece *p)
   queue_assert_locked (q);
   queue_unlink (q, p);
   piece_gone (q, p);
-  piece_written (p, false);
+  piece_written (q, p, false);
   piece_release (q, p);
 }
 
