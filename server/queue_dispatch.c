@@ -40,6 +40,8 @@ wake_full_waiter (struct queue *q)
     pthread_cond_signal (&q->space);
 }
 
+static bool dispatcher_needed (const struct queue *);
+
 /* Backend thread, or inside batch_submit: an asynchronous operation
  * finished.  Takes q->lock.
  *
@@ -67,10 +69,12 @@ batch_done (struct backend_io *io, int err)
    * the queue out before it looks for room (wait_or_work), or by a
    * holder, which looks again before it lets go (release_token).  The
    * dispatch thread is woken only when neither will, or for a flush or
-   * a retry, which a woken writer that finds room after all would leave.
+   * a retry, which a woken writer that finds room after all would leave;
+   * and only when there is something for it to do (a waiting writer's
+   * completion on an empty queue leaves nothing).
    */
   room_wanted = q->full_waiters > 0 && !q->stopping;
-  kick = q->holders == 0
+  kick = q->holders == 0 && dispatcher_needed (q)
     && (!room_wanted || q->flush.wanted || q->retrying != NULL);
   lock_release (&q->lock);
   if (room_wanted)
