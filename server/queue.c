@@ -287,7 +287,17 @@ wait_for_space (struct queue *q, uint64_t bytes)
     wait_or_work (q, &q->space);
     q->full_waiters--;
   }
-  /* Completions wake one waiter each; pass on room left over. */
+}
+
+/* After a request took its room: completions wake one writer waiting
+ * for room each, so one more may look if room is left over.  Before the
+ * request has taken its own room, the room it saw would wake a writer
+ * that finds the queue full again.
+ */
+static void
+pass_on_room (struct queue *q)
+{
+  queue_assert_locked (q);
   if (q->full_waiters > 0 && !queue_full (q, 0))
     pthread_cond_signal (&q->space);
 }
@@ -454,6 +464,7 @@ submit (struct queue *q, struct session *s, const struct piece *r,
   lock_acquire (&q->lock);
   wait_for_space (q, r->kind == OP_WRITE ? r->length : 0);
   p = insert_piece (q, s, r, flags, wait ? &done : NULL, &unplugged);
+  pass_on_room (q);
   if (p == NULL) {
     lock_release (&q->lock);
     data_buffer_put (r->buf);
@@ -484,6 +495,7 @@ submit_append (struct queue *q, struct session *s, const void *buf,
   lock_acquire (&q->lock);
   wait_for_space (q, count);
   appended = append_to_stream (q, s, buf, count, offset);
+  pass_on_room (q);
   if (appended)
     help_after_queueing (q, after_insert (q, false));
   lock_release (&q->lock);

@@ -30,7 +30,7 @@
 /* ------------------------------------------------------------ issuing */
 
 /* After batches completed: one writer waiting for room may look again
- * (it passes on what room is left, wait_for_space).
+ * (it passes on what room is left, pass_on_room).
  */
 static void
 wake_full_waiter (struct queue *q)
