@@ -307,20 +307,31 @@ flush_due (const struct queue *q)
 
 /* Step 3: one backend flush, run by a dispatch token holder.  Drops
  * q->lock during the backend flush.
+ *
+ * On an asynchronous backend the holder lends its token while it waits:
+ * sending a write there is not competing for a disk, and writes the
+ * flush need not cover (newer ones, writers still waiting for their
+ * own) would otherwise wait out its round trip.  No second flush can
+ * start meanwhile (flush.running).
  */
 void
 backend_flush_locked (struct queue *q)
 {
   uint64_t epoch = q->flush.next_epoch++;
+  bool lend = backend_is_async (q->backend);
   int err = 0;
 
   queue_assert_locked (q);
   q->flush.wanted = false;
   q->flush.running = true;
+  if (lend)
+    release_token (q);
   lock_release (&q->lock);
   if (q->backend->ops->flush (q->backend) == -1)
     err = errno ? errno : EIO;
   lock_acquire (&q->lock);
+  if (lend)
+    q->holders++;
   q->flush.running = false;
   q->stats.backend_flushes++;
   /* The answered writes it carried may be lost (a page cache drops a

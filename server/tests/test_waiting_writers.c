@@ -528,6 +528,37 @@ test_flush_does_not_wait_for_waiters (void)
           " waiting for its answer [async]");
 }
 
+/* On an asynchronous backend the FLUSH's thread lends its token while
+ * the backend flush runs: a waiting write that arrives meanwhile is sent
+ * beside the flush instead of waiting out its round trip.
+ */
+static void
+test_write_beside_async_flush (void)
+{
+  struct queue_config cfg = waiting_config (ACK_DISPATCHED);
+  struct test_write_job j = { .c = 'b', .count = BLOCK };
+  struct test_thread t = TEST_THREAD_INIT, f = TEST_THREAD_INIT;
+  struct test_rig r;
+  bool ok = CHECK (rig_start (&r, &cfg, ASYNC_IN_FLIGHT, false));
+
+  j.q = r.d[0].q;
+  if (ok)
+    test_backend_block (r.d[0].tb, TB_FLUSH);
+  ok = ok && CHECK (test_thread_start (&f, flush_run, r.d[0].q) == 0)
+    && CHECK (test_backend_wait_entered (r.d[0].tb, TB_FLUSH, 1));
+  ok = ok && CHECK (test_thread_start (&t, test_write_job_run, &j) == 0)
+    && CHECK (ENTERED (r, 1)) && CHECK (test_thread_wait (&t))
+    && CHECK (t.result == 0) && CHECK (!test_thread_done (&f));
+  test_backend_release (r.d[0].tb, TB_FLUSH);
+  ok = ok && CHECK (test_thread_wait (&f)) && CHECK (f.result == 0)
+    && CHECK (test_backend_holds (r.d[0].tb, 'b', BLOCK, 0));
+  test_thread_join (&t);
+  test_thread_join (&f);
+  test_rig_stop (&r);
+  tap_ok (ok, "ack=dispatched: a write arriving while a backend flush runs"
+          " is sent and answered beside it [async]");
+}
+
 int
 main (void)
 {
@@ -540,6 +571,7 @@ main (void)
   test_flush_waits_for_superseding_waiter (0);
   test_flush_waits_for_superseding_waiter (ASYNC_IN_FLIGHT);
   test_flush_does_not_wait_for_waiters ();
+  test_write_beside_async_flush ();
   test_interleaved_waiting_writers (false);
   test_interleaved_waiting_writers (true);
   tap_plan (tap_count);
