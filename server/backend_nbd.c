@@ -206,6 +206,7 @@ backend_nbd_open (const char *uri, uint64_t reconnect_ns)
 
   if (nb == NULL)
     goto nomem;
+  nb->watched_fd = -1;
   lock_init (&nb->lock);
   lock_init (&nb->spare_lock);
   if ((nb->uri = strdup (uri)) == NULL)

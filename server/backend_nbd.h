@@ -64,6 +64,8 @@ struct nbd_backend {
 
   struct ev_loop *loop;
   ev_io io;
+  int watched_fd;               /* loop thread: its own dup of h's socket,
+                                 * or -1 */
   ev_async wake;
   ev_async stop;
   ev_timer retry;

@@ -7,11 +7,13 @@
  */
 #include <config.h>
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <ev.h>
 #include <libnbd.h>
@@ -113,12 +115,41 @@ capabilities_still_met (const struct nbd_backend *nb, struct nbd_handle *h)
 
 /* ------------------------------------------------------------ loop */
 
+/* Loop thread: the descriptor the loop watches for the current handle.
+ * libnbd closes a dead connection's socket in whichever thread meets the
+ * error first, and libev's epoll backend aborts on a descriptor closed
+ * under it; a duplicate that only this thread closes (forget_socket)
+ * cannot be.  -1 when the handle has no socket or none could be had.
+ */
+static int
+watched_socket (struct nbd_backend *nb)
+{
+  int fd;
+
+  if (nb->watched_fd >= 0)
+    return nb->watched_fd;
+  fd = nbd_aio_get_fd (nb->h);
+  if (fd >= 0)
+    nb->watched_fd = fcntl (fd, F_DUPFD_CLOEXEC, 0);
+  return nb->watched_fd;
+}
+
+/* Loop thread: the handle whose socket was watched is gone (closed by
+ * nbd_close): the duplicate goes too, after the watcher.
+ */
+static void
+forget_socket (struct nbd_backend *nb)
+{
+  ev_io_stop (nb->loop, &nb->io);
+  if (nb->watched_fd >= 0)
+    close (nb->watched_fd);
+  nb->watched_fd = -1;
+}
+
 /* Loop thread: watch the socket for what libnbd wants next (dir, from
  * nbd_aio_get_direction).  Each libnbd call takes the handle's lock,
  * which a thread sending a command holds, so the loop asks libnbd as
- * little as it can: the descriptor only when the watcher is off, since
- * a handle keeps its socket and a lost one stops the watcher
- * (check_lost) before a reconnect replaces the handle.
+ * little as it can: the descriptor once per handle (watched_socket).
  */
 static void
 update_watcher (struct nbd_backend *nb, unsigned dir)
@@ -136,8 +167,8 @@ update_watcher (struct nbd_backend *nb, unsigned dir)
   if (ev_is_active (&nb->io)
       && events == (nb->io.events & (EV_READ | EV_WRITE)))
     return;
-  fd = ev_is_active (&nb->io) ? nb->io.fd : nbd_aio_get_fd (nb->h);
   ev_io_stop (nb->loop, &nb->io);
+  fd = watched_socket (nb);
   if (fd >= 0 && events) {
     ev_io_set (&nb->io, fd, events);
     ev_io_start (nb->loop, &nb->io);
@@ -257,6 +288,7 @@ retry_cb (struct ev_loop *loop, ev_timer *w, int revents)
   lock_release (&nb->lock);
   nb->lost = false;
   nbd_close (old);
+  forget_socket (nb);
   log_error ("%s: reconnected", nb->uri);
   update_watcher (nb, nbd_aio_get_direction (nb->h));
 }
@@ -276,7 +308,7 @@ remote_start (struct backend *b)
 {
   struct nbd_backend *nb = to_nbd (b);
 
-  nb->loop = engine_loop_new ();
+  nb->loop = engine_loop_new_epoll ();
   if (nb->loop == NULL) {
     log_error ("%s: cannot create its event loop", nb->uri);
     return -1;
@@ -314,6 +346,8 @@ nbd_backend_close (struct backend *b)
       nbd_shutdown (nb->h, 0);
     nbd_close (nb->h);
   }
+  if (nb->watched_fd >= 0)
+    close (nb->watched_fd);
   ops_free_spares (nb);
   lock_destroy (&nb->spare_lock);
   lock_destroy (&nb->lock);

@@ -44,3 +44,9 @@ engine_loop_new (void)
 {
   return ev_loop_new (EVBACKEND_SELECT | EVFLAG_NOSIGMASK);
 }
+
+struct ev_loop *
+engine_loop_new_epoll (void)
+{
+  return ev_loop_new (EVBACKEND_EPOLL | EVFLAG_NOSIGMASK);
+}

@@ -21,4 +21,11 @@ int engine_thread_create (pthread_t *, void *(*fn) (void *), void *arg);
  */
 struct ev_loop *engine_loop_new (void);
 
+/* A libev loop on epoll, or NULL: cheaper per wake-up than select, whose
+ * libev backend scans every bit of each ready word.  Only for a thread
+ * that watches descriptors no other thread closes, and whose timers may
+ * fire to the millisecond.
+ */
+struct ev_loop *engine_loop_new_epoll (void);
+
 #endif /* PLUGQ_ENGINE_THREAD_H */
