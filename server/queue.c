@@ -269,10 +269,10 @@ queue_full (const struct queue *q, uint64_t bytes)
 }
 
 /* Back-pressure: the writer waits, queued data is never dropped.  Drops
- * q->lock while it waits (wait_or_work).
+ * q->lock while it waits (wait_or_work).  Only called on a full queue.
  */
-static void
-wait_for_space (struct queue *q, uint64_t bytes)
+static void __attribute__ ((noinline))
+wait_for_space_slow (struct queue *q, uint64_t bytes)
 {
   bool counted = false;
 
@@ -289,6 +289,15 @@ wait_for_space (struct queue *q, uint64_t bytes)
   }
 }
 
+/* Inline: every write looks, and the queue is rarely full. */
+static inline void
+wait_for_space (struct queue *q, uint64_t bytes)
+{
+  queue_assert_locked (q);
+  if (__builtin_expect (queue_full (q, bytes), 0))
+    wait_for_space_slow (q, bytes);
+}
+
 /* After a request took its room: completions wake one writer waiting
  * for room each, so one more may look if room is left over.  Before the
  * request has taken its own room, the room it saw would wake a writer
@@ -302,7 +311,10 @@ pass_on_room (struct queue *q)
     pthread_cond_signal (&q->space);
 }
 
-int
+/* Whether a request's range is one this disk serves: 0, or -1 with
+ * errno.  Inline: every request starts here.
+ */
+static inline int
 queue_check_range (const struct queue *q, uint64_t count, uint64_t offset)
 {
   uint32_t align = q->backend->limits.minimum;

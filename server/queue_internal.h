@@ -238,8 +238,6 @@ queue_release_answer (struct queue *q, int err)
 }
 
 /* queue.c */
-int queue_check_range (const struct queue *, uint64_t count,
-                       uint64_t offset);
 void queue_plug (struct queue *);
 void queue_unplug_locked (struct queue *, enum unplug_cause);
 
