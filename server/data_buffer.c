@@ -134,6 +134,21 @@ buffer_fill (struct data_buffer *b, const void *src, uint32_t size,
   b->size = size;
   b->room = room;
   b->spares = spares;
+  b->released = NULL;
+  return b;
+}
+
+struct data_buffer *
+data_buffer_lend (struct data_buffer *b, const void *src, uint32_t size,
+                  sem_t *released)
+{
+  atomic_init (&b->refs, 1);
+  b->size = b->room = size;
+  b->mapped_size = 0;
+  b->pool = NULL;
+  b->spares = NULL;
+  b->data = (unsigned char *) src;      /* only read: it has no room */
+  b->released = released;
   return b;
 }
 
@@ -188,8 +203,11 @@ data_buffer_put (struct data_buffer *b)
 {
   if (b == NULL)
     return;
-  if (atomic_fetch_sub_explicit (&b->refs, 1, memory_order_acq_rel) == 1
-      && !(b->spares && spare_park (b->spares, b)))
+  if (atomic_fetch_sub_explicit (&b->refs, 1, memory_order_acq_rel) != 1)
+    return;
+  if (b->released)
+    sem_post (b->released);     /* the lender's; b is not touched again */
+  else if (!(b->spares && spare_park (b->spares, b)))
     buffer_release (b);
 }
 

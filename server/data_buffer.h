@@ -8,10 +8,16 @@
  * A buffer may have room past its data: the next write of a sequential
  * stream is appended there (data_buffer_append) instead of getting a
  * buffer and a piece of its own.
+ *
+ * A buffer may also be lent (data_buffer_lend): the caller's own memory,
+ * uncopied, for a request whose caller waits until the queue is done
+ * with it.  Its last reference posts the lender's semaphore instead of
+ * freeing anything.
  */
 #ifndef PLUGQ_DATA_BUFFER_H
 #define PLUGQ_DATA_BUFFER_H
 
+#include <semaphore.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -50,6 +56,7 @@ struct data_buffer {
   struct buffer_pool *pool;
   struct data_buffer_spares *spares; /* a small buffer goes back here */
   unsigned char *data;          /* right after the header unless aligned */
+  sem_t *released;              /* lent: posted by the last reference */
 };
 
 /* A copy of src; its data aligned to align (a power of 2) when that is
@@ -69,6 +76,12 @@ struct data_buffer *data_buffer_new (const void *src, uint32_t size,
 struct data_buffer *data_buffer_new_room (const void *src, uint32_t size,
                                           uint32_t room, uint32_t align,
                                           struct buffer_pool *pool);
+/* b, set up as a buffer lent from src: no copy, no room to append (so
+ * never written), and one reference, whose last holder posts released.
+ * The lender keeps b and src until then.
+ */
+struct data_buffer *data_buffer_lend (struct data_buffer *b, const void *src,
+                                      uint32_t size, sem_t *released);
 /* Whether count more bytes fit after b's data. */
 static inline bool
 data_buffer_fits (const struct data_buffer *b, uint32_t count)

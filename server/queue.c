@@ -493,6 +493,44 @@ submit (struct queue *q, struct session *s, const struct piece *r,
   return queue_answer (err);
 }
 
+/* Whether a write's own buffer can go into the queue uncopied: its
+ * request waits for it to be written (ack=dispatched, FUA), so nbdkit
+ * keeps it meanwhile, and it is aligned as the backend needs.
+ */
+static bool
+may_lend (const struct queue *q, const void *buf, unsigned flags)
+{
+  uint32_t align = q->backend->buffer_align;
+
+  return ((flags & REQ_FUA) || q->cfg.ack == ACK_DISPATCHED)
+    && (align <= 1 || ((uintptr_t) buf & (align - 1)) == 0);
+}
+
+/* A waiting write (may_lend) queued with its own buffer.  Its answer
+ * waits until the queue's last reference to the buffer is gone as well:
+ * a read laid over the piece may still be copying from it.
+ */
+static int
+submit_lent (struct queue *q, struct session *s, const void *buf,
+             uint32_t count, uint64_t offset, unsigned flags)
+{
+  struct data_buffer lent;
+  sem_t released;
+  struct piece r;
+  int ret, saved_errno;
+
+  sem_init (&released, 0, 0);
+  piece_init (q, &r, OP_WRITE, count, offset, flags);
+  r.buf = data_buffer_lend (&lent, buf, count, &released);
+  ret = submit (q, s, &r, flags);
+  saved_errno = errno;
+  while (sem_wait (&released) == -1)
+    assert (errno == EINTR);
+  sem_destroy (&released);
+  errno = saved_errno;
+  return ret;
+}
+
 /* A write the newest queued piece looked able to take (append_may_fit):
  * appended and answered, or APPEND_DECLINED with nothing done.
  */
@@ -536,6 +574,8 @@ queue_pwrite (struct queue *q, struct session *s, const void *buf,
   if (append_may_fit (q, offset, flags)
       && submit_append (q, s, buf, count, offset) == 0)
     return 0;
+  if (may_lend (q, buf, flags))
+    return submit_lent (q, s, buf, count, offset, flags);
   piece_init (q, &r, OP_WRITE, count, offset, flags);
   room = stream_room (q, count, offset, flags);
   r.buf = room

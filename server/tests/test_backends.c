@@ -603,7 +603,8 @@ tb_pwritev (struct backend *b, const struct iovec *iov, int iovcnt,
   struct test_backend *tb = to_tb (b);
   struct tb_call c = { .op = TB_PWRITEV, .offset = offset, .iovcnt = iovcnt,
                        .count = iov_total (iov, iovcnt),
-                       .memory_aligned = vectors_aligned (b, iov, iovcnt) };
+                       .memory_aligned = vectors_aligned (b, iov, iovcnt),
+                       .first_base = iovcnt > 0 ? iov[0].iov_base : NULL };
   int slot = writer_enter (tb, &c);
   int r;
 
@@ -748,6 +749,7 @@ call_of_io (const struct backend *b, const struct backend_io *io)
     c.op = TB_PWRITEV;
     c.iovcnt = io->iovcnt;
     c.memory_aligned = vectors_aligned (b, io->iov, io->iovcnt);
+    c.first_base = io->iovcnt > 0 ? io->iov[0].iov_base : NULL;
     break;
   case OP_ZERO:
     c.op = TB_ZERO;

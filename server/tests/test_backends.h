@@ -58,6 +58,8 @@ struct tb_call {
   int iovcnt;                   /* pwritev only */
   bool memory_aligned;          /* pwritev: every vector starts on the
                                  * backend's buffer_align */
+  const void *first_base;       /* pwritev: where its first vector's
+                                 * memory starts */
   bool may_trim;                /* zero only */
   bool fua;                     /* submitted with FUA (test_backend_set_fua) */
   pthread_t thread;             /* the thread that made it */

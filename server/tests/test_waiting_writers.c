@@ -26,6 +26,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fixtures.h"
@@ -559,6 +560,118 @@ test_write_beside_async_flush (void)
           " is sent and answered beside it [async]");
 }
 
+/* A write whose request waits for it (ack=dispatched) lends its own
+ * buffer to the queue, uncopied: the backend writes from the caller's
+ * memory.  An answered one (ack=queued) is a copy.
+ */
+static bool
+write_reaches_backend_from (enum ack_mode ack, unsigned async,
+                            bool *from_callers)
+{
+  struct queue_config cfg = waiting_config (ack);
+  unsigned char *buf = malloc (BLOCK);
+  struct tb_call calls[MAX_CALLS];
+  struct test_rig r;
+  bool ok = CHECK (buf != NULL) && CHECK (rig_start (&r, &cfg, async, false));
+
+  if (buf)
+    memset (buf, 'l', BLOCK);
+  ok = ok && CHECK (queue_pwrite (r.d[0].q, NULL, buf, BLOCK, 0, 0) == 0)
+    && CHECK (queue_flush (r.d[0].q, NULL) == 0)
+    && CHECK (writes (&r.d[0], calls) == 1)
+    && CHECK (test_backend_holds (r.d[0].tb, 'l', BLOCK, 0));
+  if (ok)
+    *from_callers = calls[0].first_base == buf;
+  test_rig_stop (&r);
+  free (buf);
+  return ok;
+}
+
+static void
+test_waiting_write_lends_its_buffer (unsigned async)
+{
+  bool lent = false, copied = true;
+  bool ok = write_reaches_backend_from (ACK_DISPATCHED, async, &lent)
+    && write_reaches_backend_from (ACK_QUEUED, async, &copied);
+
+  tap_ok (ok && CHECK (lent) && CHECK (!copied),
+          "a waiting write goes to the backend from its caller's buffer,"
+          " an answered one from a copy%s", async ? " [async]" : "");
+}
+
+/* A waiting writer whose caller scribbles over its buffer and frees it
+ * as soon as it is answered, as nbdkit may.
+ */
+static int
+scribbling_write (void *q)
+{
+  unsigned char *buf = malloc (BLOCK);
+  int r;
+
+  if (buf == NULL)
+    return -1;
+  memset (buf, 'l', BLOCK);
+  r = queue_pwrite (q, NULL, buf, BLOCK, 0, 0);
+  memset (buf, 'x', BLOCK);
+  free (buf);
+  return r;
+}
+
+struct read_job {
+  struct queue *q;
+  unsigned char buf[2 * BLOCK];
+};
+
+static int
+read_two_blocks (void *arg)
+{
+  struct read_job *j = arg;
+
+  return queue_pread (j->q, j->buf, sizeof j->buf, 0);
+}
+
+/* A read that laid a lent piece over its result keeps a reference on
+ * the buffer while it reads the backend for the rest: the writer, once
+ * written, is not answered until the read has copied its bytes.
+ */
+static void
+test_lent_buffer_outlives_readers (void)
+{
+  struct queue_config cfg = waiting_config (ACK_DISPATCHED);
+  struct test_thread w = TEST_THREAD_INIT, rd = TEST_THREAD_INIT;
+  struct read_job j;
+  struct test_rig r;
+  bool ok = CHECK (rig_start (&r, &cfg, ASYNC_IN_FLIGHT, false));
+  bool answered_early = false;
+
+  j.q = r.d[0].q;
+  if (ok) {
+    test_backend_block (r.d[0].tb, TB_PWRITEV);
+    test_backend_block (r.d[0].tb, TB_PREAD);
+  }
+  ok = ok && CHECK (test_thread_start (&w, scribbling_write, j.q) == 0)
+    && CHECK (ENTERED (r, 1))
+    && CHECK (test_thread_start (&rd, read_two_blocks, &j) == 0)
+    && CHECK (test_backend_wait_entered (r.d[0].tb, TB_PREAD, 1));
+  test_backend_release (r.d[0].tb, TB_PWRITEV);
+  ok = ok && CHECK (TEST_WAIT_FOR (test_stats (j.q).in_flight == 0));
+  /* Answered now, the writer would scribble at once. */
+  for (int i = 0; ok && i < 200 && !answered_early; i++) {
+    test_poll_step ();
+    answered_early = test_thread_done (&w);
+  }
+  test_backend_release (r.d[0].tb, TB_PREAD);
+  ok = ok && CHECK (!answered_early)
+    && CHECK (test_thread_wait (&rd)) && CHECK (rd.result == 0)
+    && CHECK (test_thread_wait (&w)) && CHECK (w.result == 0)
+    && CHECK (j.buf[0] == 'l' && j.buf[BLOCK - 1] == 'l');
+  test_thread_join (&w);
+  test_thread_join (&rd);
+  test_rig_stop (&r);
+  tap_ok (ok, "a lent buffer outlives a read still copying from it: its"
+          " writer is answered after the read [async]");
+}
+
 int
 main (void)
 {
@@ -572,6 +685,9 @@ main (void)
   test_flush_waits_for_superseding_waiter (ASYNC_IN_FLIGHT);
   test_flush_does_not_wait_for_waiters ();
   test_write_beside_async_flush ();
+  test_waiting_write_lends_its_buffer (0);
+  test_waiting_write_lends_its_buffer (ASYNC_IN_FLIGHT);
+  test_lent_buffer_outlives_readers ();
   test_interleaved_waiting_writers (false);
   test_interleaved_waiting_writers (true);
   tap_plan (tap_count);
