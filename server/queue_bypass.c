@@ -31,6 +31,15 @@
  * shares with every FLUSH and FUA waiting then: group commit is in the
  * flush, not in the write.
  *
+ * On an asynchronous backend (a remote, an RBD image) a write whose
+ * request waits for it anyway (ack=dispatched, not FUA) goes around the
+ * queue the same way when nothing is queued, nothing in flight touches
+ * its bytes and it does not continue a recent write (q->bypass_waiting,
+ * waiting_bypass_allowed): its thread submits it from the client's
+ * buffer and sleeps until it completes.  It needs no dispatch token
+ * (submitting is a send, and a FLUSH does not wait for writes nobody
+ * was answered for), only one of the BYPASS_SLOTS.
+ *
  * What stays true: the write is answered only once it is on the backend
  * (more than ack=queued promises), so every FLUSH answered after it
  * covers it; its error is its own answer, not latched; a queued piece
@@ -40,7 +49,9 @@
  */
 #include <config.h>
 
+#include <assert.h>
 #include <errno.h>
+#include <semaphore.h>
 
 #include "queue_internal.h"
 
@@ -74,7 +85,21 @@ bypass_allowed (struct queue *q, uint64_t count, uint64_t offset,
     && take_bypass_token (q, (flags & REQ_FUA) != 0);
 }
 
-/* Under the lock, with a token: a free slot, holding the range. */
+/* The same for a waiting write on an asynchronous backend: no token,
+ * and pieces in flight are allowed unless they touch its bytes.
+ */
+static bool
+waiting_bypass_allowed (struct queue *q, uint64_t count, uint64_t offset)
+{
+  queue_assert_locked (q);
+  return q->nr_queued == 0 && q->nr_bypassing < BYPASS_SLOTS && !q->stopping
+    && (count >= q->merge_limit || !continues_recent_write (q, offset))
+    && !in_flight_between (q, offset, offset + count);
+}
+
+/* Under the lock, with a token (none on an asynchronous backend): a
+ * free slot, holding the range.
+ */
 static unsigned
 claim_slot (struct queue *q, uint64_t count, uint64_t offset)
 {
@@ -115,6 +140,46 @@ write_around (struct backend *be, const void *buf, uint32_t count,
   return 0;
 }
 
+/* An asynchronous write around the queue and the thread asleep on it. */
+struct around_waiter {
+  struct backend_io io;
+  sem_t done;
+  int err;
+};
+
+static void
+around_done (struct backend_io *io, int err)
+{
+  struct around_waiter *w = (struct around_waiter *) io;
+
+  w->err = err;
+  sem_post (&w->done);          /* w is not touched after this */
+}
+
+/* write_around on an asynchronous backend: submitted, then waited for. */
+static int
+write_around_async (struct backend *be, const void *buf, uint32_t count,
+                    uint64_t offset)
+{
+  struct iovec iov = { .iov_base = (void *) buf, .iov_len = count };
+  struct around_waiter w = {
+    .io = { .kind = OP_WRITE, .iov = &iov, .iovcnt = 1,
+            .offset = offset, .count = count, .done = around_done },
+  };
+  int err;
+
+  sem_init (&w.done, 0, 0);
+  if (be->ops->io (be, &w.io) == -1)
+    err = errno ? errno : EIO;
+  else {
+    while (sem_wait (&w.done) == -1)
+      assert (errno == EINTR);
+    err = w.err;
+  }
+  sem_destroy (&w.done);
+  return err;
+}
+
 static void
 count_bypass (struct queue *q, uint32_t count, uint64_t start_ns, int err)
 {
@@ -135,8 +200,11 @@ bypass_write (struct queue *q, struct session *s, const void *buf,
   unsigned slot;
   int err;
 
+  bool async = !q->bypass;       /* q->bypass_waiting */
+
   lock_acquire (&q->lock);
-  if (!bypass_allowed (q, count, offset, flags)) {
+  if (async ? !waiting_bypass_allowed (q, count, offset)
+      : !bypass_allowed (q, count, offset, flags)) {
     lock_release (&q->lock);
     return BYPASS_DECLINED;
   }
@@ -145,12 +213,16 @@ bypass_write (struct queue *q, struct session *s, const void *buf,
   lock_release (&q->lock);
 
   start_ns = monotonic_ns ();
-  err = write_around (q->backend, buf, count, offset);
+  err = async ? write_around_async (q->backend, buf, count, offset)
+    : write_around (q->backend, buf, count, offset);
 
   lock_acquire (&q->lock);
   count_bypass (q, count, start_ns, err);
   release_slot (q, slot);
-  release_token (q);
+  if (!async)
+    release_token (q);
+  else if (q->nr_queued > 0)    /* a piece may have waited for its bytes */
+    queue_kick_dispatcher (q);
   if (err == 0 && (flags & REQ_FUA))
     return queue_answer (flush_wait_and_unlock (q, s, flush_start_locked (q),
                                                 0));

@@ -118,7 +118,7 @@ struct batch {
 /* Writes going around the queue at once (queue_bypass.c); more wait
  * for a slot in the queue instead.
  */
-#define BYPASS_SLOTS 8
+#define BYPASS_SLOTS 16
 
 /* Write ends remembered to tell a stream from random writes, each in
  * the slot its end hashes to (queue_stream.c); a power of 2.
@@ -146,6 +146,10 @@ struct queue {
    * synchronous backend that writes to memory at any alignment).
    */
   bool bypass;
+  /* The same for writes that wait for their answer anyway (bypass=auto,
+   * ack=dispatched) on an asynchronous backend.
+   */
+  bool bypass_waiting;
   struct buffer_pool *buffers;  /* spare mappings for aligned data;
                                  * has its own lock */
   struct data_buffer_spares spare_buffers; /* lock-free */

@@ -1284,6 +1284,7 @@ test_lone_dispatched_writer (void)
   bool ok;
 
   cfg.ack = ACK_DISPATCHED;
+  cfg.bypass = false;           /* through the queue, not around it */
   ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
   ok = ok && CHECK ((a = session_new ()) != NULL);
   if (ok) {

@@ -42,12 +42,17 @@
 #define ASYNC_IN_FLIGHT 8
 #define MAX_CALLS 64
 
+/* Waiting writes through the queue: bypass=never, or on an
+ * asynchronous backend the random ones would go around it
+ * (test_waiting_writes_go_around).
+ */
 static struct queue_config
 waiting_config (enum ack_mode ack)
 {
   struct queue_config cfg = test_config (TEST_HOUR, 16);
 
   cfg.ack = ack;
+  cfg.bypass = false;
   return cfg;
 }
 
@@ -672,6 +677,54 @@ test_lent_buffer_outlives_readers (void)
           " writer is answered after the read [async]");
 }
 
+/* bypass=auto on an asynchronous backend: waiting random writes go
+ * around the queue, several at once, from their own threads; a write
+ * over bytes one of them is still writing takes the queue and goes out
+ * after it, so the newer data wins.
+ */
+static void
+test_waiting_writes_go_around (void)
+{
+  struct queue_config cfg = waiting_config (ACK_DISPATCHED);
+  struct test_write_job j[4] = {
+    { .c = 'a', .count = BLOCK, .offset = 0 },
+    { .c = 'b', .count = BLOCK, .offset = 8 * BLOCK },
+    { .c = 'c', .count = BLOCK, .offset = 16 * BLOCK },
+    { .c = 'z', .count = BLOCK, .offset = 0 },
+  };
+  struct test_thread t[4] = { TEST_THREAD_INIT, TEST_THREAD_INIT,
+                              TEST_THREAD_INIT, TEST_THREAD_INIT };
+  struct test_rig r;
+  bool ok;
+
+  cfg.bypass = true;
+  ok = CHECK (rig_start (&r, &cfg, ASYNC_IN_FLIGHT, false));
+  if (ok)
+    test_backend_block (r.d[0].tb, TB_PWRITEV);
+  for (int i = 0; ok && i < 3; i++) {
+    j[i].q = r.d[0].q;
+    ok = CHECK (test_thread_start (&t[i], test_write_job_run, &j[i]) == 0)
+      && CHECK (ENTERED (r, i + 1));
+  }
+  j[3].q = r.d[0].q;
+  ok = ok && CHECK (test_stats (r.d[0].q).queued_requests == 0)
+    && CHECK (test_thread_start (&t[3], test_write_job_run, &j[3]) == 0)
+    && CHECK (TEST_WAIT_FOR (test_stats (r.d[0].q).queued_requests == 1))
+    && CHECK (test_backend_entered (r.d[0].tb, TB_PWRITEV) == 3);
+  test_backend_release (r.d[0].tb, TB_PWRITEV);
+  for (int i = 0; i < 4; i++) {
+    ok = ok && CHECK (test_thread_wait (&t[i])) && CHECK (t[i].result == 0);
+    test_thread_join (&t[i]);
+  }
+  ok = ok && CHECK (test_stats (r.d[0].q).bypassed_writes == 3)
+    && CHECK (test_backend_holds (r.d[0].tb, 'z', BLOCK, 0))
+    && CHECK (test_backend_holds (r.d[0].tb, 'c', BLOCK, 16 * BLOCK));
+  test_rig_stop (&r);
+  tap_ok (ok, "bypass=auto, asynchronous backend: waiting random writes go"
+          " around the queue together; one over bytes still being written"
+          " is queued and lands after it [async]");
+}
+
 int
 main (void)
 {
@@ -688,6 +741,7 @@ main (void)
   test_waiting_write_lends_its_buffer (0);
   test_waiting_write_lends_its_buffer (ASYNC_IN_FLIGHT);
   test_lent_buffer_outlives_readers ();
+  test_waiting_writes_go_around ();
   test_interleaved_waiting_writers (false);
   test_interleaved_waiting_writers (true);
   tap_plan (tap_count);
