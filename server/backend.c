@@ -1,17 +1,19 @@
 /* plugq: calling a backend outside the queue's dispatch (backend.h). */
 #include <config.h>
 
-#include <pthread.h>
+#include <assert.h>
+#include <errno.h>
+#include <semaphore.h>
 
 #include "backend.h"
-#include "lock.h"
 
-/* An asynchronous operation and the thread that waits for it. */
+/* An asynchronous operation and the thread that waits for it.  The
+ * completion posts a semaphore: a condition variable signalled under its
+ * mutex would wake the waiter only to sleep on that mutex.
+ */
 struct io_waiter {
   struct backend_io io;
-  struct lock lock;
-  pthread_cond_t cond;
-  bool done;
+  sem_t done;
   int err;
 };
 
@@ -20,35 +22,28 @@ io_waiter_done (struct backend_io *io, int err)
 {
   struct io_waiter *w = (struct io_waiter *) io;
 
-  lock_acquire (&w->lock);
-  w->done = true;
   w->err = err;
-  pthread_cond_signal (&w->cond);
-  lock_release (&w->lock);
+  sem_post (&w->done);          /* w is not touched after this */
 }
 
 static int
 io_wait_async (struct backend *b, const struct backend_io *io)
 {
-  struct io_waiter w = { .io = *io, .done = false };
+  struct io_waiter w = { .io = *io };
   int r;
 
   w.io.done = io_waiter_done;
-  lock_init (&w.lock);
-  pthread_cond_init (&w.cond, NULL);
+  sem_init (&w.done, 0, 0);
   r = b->ops->io (b, &w.io);
   if (r != -1) {
-    lock_acquire (&w.lock);
-    while (!w.done)
-      lock_wait (&w.cond, &w.lock);
-    lock_release (&w.lock);
+    while (sem_wait (&w.done) == -1)
+      assert (errno == EINTR);
     if (w.err) {
       errno = w.err;
       r = -1;
     }
   }
-  lock_destroy (&w.lock);
-  pthread_cond_destroy (&w.cond);
+  sem_destroy (&w.done);
   return r == -1 ? -1 : 0;
 }
 
