@@ -49,9 +49,7 @@
  */
 #include <config.h>
 
-#include <assert.h>
 #include <errno.h>
-#include <semaphore.h>
 
 #include "queue_internal.h"
 
@@ -122,64 +120,6 @@ release_slot (struct queue *q, unsigned i)
   q->nr_bypassing--;
 }
 
-/* The write as one backend operation from the client's buffer, without
- * the lock.  0 or an errno.
- */
-static int
-write_around (struct backend *be, const void *buf, uint32_t count,
-              uint64_t offset)
-{
-  struct iovec iov = { .iov_base = (void *) buf, .iov_len = count };
-  struct backend_io io = {
-    .kind = OP_WRITE, .iov = &iov, .iovcnt = 1,
-    .offset = offset, .count = count,
-  };
-
-  if (be->ops->io (be, &io) == -1)
-    return errno ? errno : EIO;
-  return 0;
-}
-
-/* An asynchronous write around the queue and the thread asleep on it. */
-struct around_waiter {
-  struct backend_io io;
-  sem_t done;
-  int err;
-};
-
-static void
-around_done (struct backend_io *io, int err)
-{
-  struct around_waiter *w = (struct around_waiter *) io;
-
-  w->err = err;
-  sem_post (&w->done);          /* w is not touched after this */
-}
-
-/* write_around on an asynchronous backend: submitted, then waited for. */
-static int
-write_around_async (struct backend *be, const void *buf, uint32_t count,
-                    uint64_t offset)
-{
-  struct iovec iov = { .iov_base = (void *) buf, .iov_len = count };
-  struct around_waiter w = {
-    .io = { .kind = OP_WRITE, .iov = &iov, .iovcnt = 1,
-            .offset = offset, .count = count, .done = around_done },
-  };
-  int err;
-
-  sem_init (&w.done, 0, 0);
-  if (be->ops->io (be, &w.io) == -1)
-    err = errno ? errno : EIO;
-  else {
-    while (sem_wait (&w.done) == -1)
-      assert (errno == EINTR);
-    err = w.err;
-  }
-  sem_destroy (&w.done);
-  return err;
-}
-
 static void
 count_bypass (struct queue *q, uint32_t count, uint64_t start_ns, int err)
 {
@@ -196,11 +136,11 @@ int
 bypass_write (struct queue *q, struct session *s, const void *buf,
               uint32_t count, uint64_t offset, unsigned flags)
 {
+  struct iovec iov = { .iov_base = (void *) buf, .iov_len = count };
+  bool async = backend_is_async (q->backend);   /* q->bypass_waiting */
   uint64_t start_ns;
   unsigned slot;
-  int err;
-
-  bool async = !q->bypass;       /* q->bypass_waiting */
+  int err = 0;
 
   lock_acquire (&q->lock);
   if (async ? !waiting_bypass_allowed (q, count, offset)
@@ -212,9 +152,12 @@ bypass_write (struct queue *q, struct session *s, const void *buf,
   note_request (q, s, OP_WRITE, count, offset, flags);
   lock_release (&q->lock);
 
+  /* One backend operation from the client's buffer, without the lock;
+   * on an asynchronous backend this thread sleeps until it completes.
+   */
   start_ns = monotonic_ns ();
-  err = async ? write_around_async (q->backend, buf, count, offset)
-    : write_around (q->backend, buf, count, offset);
+  if (backend_pwritev (q->backend, &iov, 1, offset, false) == -1)
+    err = errno ? errno : EIO;
 
   lock_acquire (&q->lock);
   count_bypass (q, count, start_ns, err);

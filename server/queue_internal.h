@@ -191,8 +191,9 @@ struct queue {
   uint32_t dispatched_waiters;  /* ack=dispatched writers not yet answered:
                                  * each counts itself, and whoever wakes
                                  * a sleeping one uncounts it */
-  /* Writes going around the queue, each holding a dispatch token; a free
-   * slot has end 0.
+  /* Writes going around the queue, each holding a dispatch token on a
+   * synchronous backend (none on an asynchronous one); a free slot has
+   * end 0.
    */
   struct { uint64_t start, end; } bypassing[BYPASS_SLOTS];
   unsigned nr_bypassing;
