@@ -120,6 +120,27 @@ release_slot (struct queue *q, unsigned i)
   q->nr_bypassing--;
 }
 
+/* The write as one backend operation from the client's buffer, without
+ * the lock: 0 or an errno.  An asynchronous backend's is waited for
+ * (backend_io_wait); a synchronous one's is called directly, as it is
+ * on every random write's path (backend_io_wait's FUA handling and the
+ * call cost it about 30 instructions a write).
+ */
+static int
+write_around (struct backend *be, const void *buf, uint32_t count,
+              uint64_t offset)
+{
+  struct iovec iov = { .iov_base = (void *) buf, .iov_len = count };
+  struct backend_io io = {
+    .kind = OP_WRITE, .iov = &iov, .iovcnt = 1,
+    .offset = offset, .count = count,
+  };
+  int r = backend_is_async (be) ? backend_io_wait (be, &io)
+    : be->ops->io (be, &io);
+
+  return r == -1 ? (errno ? errno : EIO) : 0;
+}
+
 static void
 count_bypass (struct queue *q, uint32_t count, uint64_t start_ns, int err)
 {
@@ -136,11 +157,10 @@ int
 bypass_write (struct queue *q, struct session *s, const void *buf,
               uint32_t count, uint64_t offset, unsigned flags)
 {
-  struct iovec iov = { .iov_base = (void *) buf, .iov_len = count };
   bool async = backend_is_async (q->backend);   /* q->bypass_waiting */
   uint64_t start_ns;
   unsigned slot;
-  int err = 0;
+  int err;
 
   lock_acquire (&q->lock);
   if (async ? !waiting_bypass_allowed (q, count, offset)
@@ -152,12 +172,8 @@ bypass_write (struct queue *q, struct session *s, const void *buf,
   note_request (q, s, OP_WRITE, count, offset, flags);
   lock_release (&q->lock);
 
-  /* One backend operation from the client's buffer, without the lock;
-   * on an asynchronous backend this thread sleeps until it completes.
-   */
   start_ns = monotonic_ns ();
-  if (backend_pwritev (q->backend, &iov, 1, offset, false) == -1)
-    err = errno ? errno : EIO;
+  err = write_around (q->backend, buf, count, offset);
 
   lock_acquire (&q->lock);
   count_bypass (q, count, start_ns, err);
