@@ -80,9 +80,9 @@ queue_init_fields (struct queue *q, struct backend *backend,
   q->bypass = cfg->bypass && backend->writes_to_memory
     && !backend_is_async (backend) && q->block_mask == 0
     && backend->buffer_align <= 1;
-  q->bypass_waiting = cfg->bypass && backend_is_async (backend)
-    && cfg->ack == ACK_DISPATCHED && q->block_mask == 0
-    && backend->buffer_align <= 1;
+  q->bypass_large = cfg->bypass && backend_is_async (backend)
+    && q->block_mask == 0 && backend->buffer_align <= 1;
+  q->bypass_waiting = q->bypass_large && cfg->ack == ACK_DISPATCHED;
   q->elevator.by_offset = &q->by_offset;
   q->elevator.by_age = &q->by_age;
   q->flush.next_epoch = 1;
@@ -567,11 +567,14 @@ queue_pwrite (struct queue *q, struct session *s, const void *buf,
   if (count == 0)
     return 0;
   /* Only a hint without the lock: bypass_write decides under it.  A
-   * waiting write may go around pieces in flight (not over them).
+   * write on an asynchronous backend may go around pieces in flight
+   * (not over them).
    */
   if ((q->bypass && atomic_load_explicit (&q->pieces_present,
                                           memory_order_relaxed) == 0)
-      || (q->bypass_waiting && !(flags & REQ_FUA))) {
+      || (!(flags & REQ_FUA)
+          && (q->bypass_waiting
+              || (q->bypass_large && count >= q->merge_limit)))) {
     int answer = bypass_write (q, s, buf, count, offset, flags);
 
     if (answer != BYPASS_DECLINED)

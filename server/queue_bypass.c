@@ -35,10 +35,13 @@
  * request waits for it anyway (ack=dispatched, not FUA) goes around the
  * queue the same way when nothing is queued, nothing in flight touches
  * its bytes and it does not continue a recent write (q->bypass_waiting,
- * waiting_bypass_allowed): its thread submits it from the client's
+ * async_bypass_allowed): its thread submits it from the client's
  * buffer and sleeps until it completes.  It needs no dispatch token
  * (submitting is a send, and a FLUSH does not wait for writes nobody
- * was answered for), only one of the BYPASS_SLOTS.
+ * was answered for), only one of the BYPASS_SLOTS.  So does a write of
+ * max-merge bytes or more (not FUA) whatever the ack mode
+ * (q->bypass_large): nothing can merge with it, and with ack=queued
+ * the queue would only copy it before sending it as it is.
  *
  * What stays true: the write is answered only once it is on the backend
  * (more than ack=queued promises), so every FLUSH answered after it
@@ -83,11 +86,12 @@ bypass_allowed (struct queue *q, uint64_t count, uint64_t offset,
     && take_bypass_token (q, (flags & REQ_FUA) != 0);
 }
 
-/* The same for a waiting write on an asynchronous backend: no token,
- * and pieces in flight are allowed unless they touch its bytes.
+/* The same for a write on an asynchronous backend that waits for its
+ * answer or is of max-merge bytes or more (queue_pwrite asked): no
+ * token, and pieces in flight are allowed unless they touch its bytes.
  */
 static bool
-waiting_bypass_allowed (struct queue *q, uint64_t count, uint64_t offset)
+async_bypass_allowed (struct queue *q, uint64_t count, uint64_t offset)
 {
   queue_assert_locked (q);
   return q->nr_queued == 0 && q->nr_bypassing < BYPASS_SLOTS && !q->stopping
@@ -157,13 +161,13 @@ int
 bypass_write (struct queue *q, struct session *s, const void *buf,
               uint32_t count, uint64_t offset, unsigned flags)
 {
-  bool async = backend_is_async (q->backend);   /* q->bypass_waiting */
+  bool async = backend_is_async (q->backend);
   uint64_t start_ns;
   unsigned slot;
   int err;
 
   lock_acquire (&q->lock);
-  if (async ? !waiting_bypass_allowed (q, count, offset)
+  if (async ? !async_bypass_allowed (q, count, offset)
       : !bypass_allowed (q, count, offset, flags)) {
     lock_release (&q->lock);
     return BYPASS_DECLINED;

@@ -150,6 +150,11 @@ struct queue {
    * ack=dispatched) on an asynchronous backend.
    */
   bool bypass_waiting;
+  /* The same for writes of max-merge bytes or more on an asynchronous
+   * backend whatever the ack mode (bypass=auto): nothing can merge with
+   * them, so queuing would only copy them.
+   */
+  bool bypass_large;
   struct buffer_pool *buffers;  /* spare mappings for aligned data;
                                  * has its own lock */
   struct data_buffer_spares spare_buffers; /* lock-free */

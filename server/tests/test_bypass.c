@@ -19,6 +19,9 @@
  *    is queued instead of waiting.
  *  - Errors: a failed write around the queue is its own answer and is
  *    not latched for the next FLUSH.
+ *  - On an asynchronous backend with ack=queued, a write of max-merge
+ *    bytes goes around from its caller's buffer and is answered once
+ *    written; a smaller one is still copied and answered at once.
  *
  * A held backend gate keeps a write in the backend as long as a case
  * needs; every wait is bounded (fixtures.h).
@@ -31,6 +34,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fixtures.h"
@@ -532,10 +536,89 @@ test_error_is_the_answer (void)
           " and the next FLUSH does not report it again");
 }
 
+/* ------------------------------------------------------------ asynchronous */
+
+struct buffer_job {
+  struct queue *q;
+  const unsigned char *buf;
+  uint64_t count, offset;
+};
+
+static int
+write_buffer (void *arg)
+{
+  struct buffer_job *j = arg;
+
+  return queue_pwrite (j->q, NULL, j->buf, j->count, j->offset, 0);
+}
+
+/* Whether the thread stays unanswered over a few hundred poll steps. */
+static bool
+stays_unanswered (struct test_thread *t)
+{
+  for (int i = 0; i < 200; i++) {
+    if (test_thread_done (t))
+      return false;
+    test_poll_step ();
+  }
+  return true;
+}
+
+/* ack=queued on an asynchronous backend: queuing a write of max-merge
+ * bytes would only copy it, so it goes to the backend from the
+ * caller's buffer and its request waits for it; a 4 KiB write beside
+ * it is queued and answered at once.
+ */
+static void
+test_large_write_around_async (void)
+{
+  struct queue_config cfg = bypass_config (true);
+  const struct test_shape shape = { .async = 4 };
+  uint64_t size = 16 * KiB;
+  unsigned char *buf = malloc (size);
+  struct buffer_job j = { .buf = buf, .count = size, .offset = 0 };
+  struct test_thread t = TEST_THREAD_INIT;
+  struct tb_call calls[MAX_CALLS];
+  struct test_rig r;
+  bool ok;
+
+  cfg.max_merge = size;
+  ok = CHECK (buf != NULL)
+    && CHECK (test_rig_shaped (&r, &cfg, DISK_SIZE, &shape));
+  if (!ok) {
+    free (buf);
+    tap_ok (false, "large write around an asynchronous backend: no rig");
+    return;
+  }
+  memset (buf, 'L', size);
+  j.q = r.d[0].q;
+  test_backend_block (r.d[0].tb, TB_PWRITEV);
+  ok = CHECK (test_thread_start (&t, write_buffer, &j) == 0)
+    && CHECK (test_backend_wait_entered (r.d[0].tb, TB_PWRITEV, 1))
+    && CHECK (stays_unanswered (&t))
+    && CHECK (write_block (r.d[0].q, 'b', 100, 0))
+    && CHECK (test_stats (r.d[0].q).queued_requests == 1)
+    && CHECK (test_backend_entered (r.d[0].tb, TB_PWRITEV) == 1);
+  test_backend_release (r.d[0].tb, TB_PWRITEV);
+  ok = ok && CHECK (test_thread_wait (&t)) && CHECK (t.result == 0)
+    && CHECK (backend_writes (&r.d[0], calls) == 1)
+    && CHECK (calls[0].first_base == buf) && CHECK (calls[0].count == size)
+    && CHECK (test_stats (r.d[0].q).bypassed_writes == 1)
+    && CHECK (queue_flush (r.d[0].q, NULL) == 0)
+    && CHECK (test_backend_holds (r.d[0].tb, 'L', size, 0))
+    && CHECK (test_backend_holds (r.d[0].tb, 'b', BLOCK, 100 * BLOCK));
+  test_thread_join (&t);
+  test_rig_stop (&r);
+  free (buf);
+  tap_ok (ok, "ack=queued, asynchronous backend: a write of max-merge bytes"
+          " goes around from its caller's buffer and is answered once"
+          " written; a 4 KiB one is queued [async]");
+}
+
 int
 main (void)
 {
-  tap_plan (13);
+  tap_plan (14);
   test_random_writes_go_around ();
   test_stream_is_queued ();
   test_full_size_writes_go_around ();
@@ -549,5 +632,6 @@ main (void)
   test_write_beside_running_flush ();
   test_queued_write_beside_running_flush ();
   test_error_is_the_answer ();
+  test_large_write_around_async ();
   return tap_done ();
 }
