@@ -98,7 +98,7 @@ struct backend {
    */
   uint32_t min_block;
   /* Operations the queue may have outstanding at once (asynchronous
-   * backends only).
+   * backends only): its batches and the writes going around it together.
    */
   unsigned max_in_flight;
   /* Synchronous writes, zeroes and trims that may run at once, each from

@@ -38,7 +38,8 @@
  * async_bypass_allowed): its thread submits it from the client's
  * buffer and sleeps until it completes.  It needs no dispatch token
  * (submitting is a send, and a FLUSH does not wait for writes nobody
- * was answered for), only one of the BYPASS_SLOTS.  So does a write of
+ * was answered for), only one of the BYPASS_SLOTS, and counts with the
+ * queue's batches against the backend's max_in_flight.  So does a write of
  * max-merge bytes or more (not FUA) whatever the ack mode
  * (q->bypass_large): nothing can merge with it, and with ack=queued
  * the queue would only copy it before sending it as it is.
@@ -95,6 +96,7 @@ async_bypass_allowed (struct queue *q, uint64_t count, uint64_t offset)
 {
   queue_assert_locked (q);
   return q->nr_queued == 0 && q->nr_bypassing < BYPASS_SLOTS && !q->stopping
+    && ops_in_flight (q) < q->max_in_flight
     && (count >= q->merge_limit || !continues_recent_write (q, offset))
     && !in_flight_between (q, offset, offset + count);
 }

@@ -131,7 +131,7 @@ can_dispatch (const struct queue *q)
 
   queue_assert_locked (q);
   if (q->state != QUEUE_RUNNING || oldest == NULL
-      || q->nr_batches >= q->max_in_flight)
+      || ops_in_flight (q) >= q->max_in_flight)
     return false;
   return !q->flush.wanted || oldest->seq <= q->flush.barrier_seq;
 }
@@ -252,7 +252,7 @@ queue_kick_dispatcher (struct queue *q)
 {
   queue_assert_locked (q);
   if (q->holders == 0
-      && (q->nr_batches < q->max_in_flight || dispatcher_needed (q)))
+      && (ops_in_flight (q) < q->max_in_flight || dispatcher_needed (q)))
     pthread_cond_signal (&q->dispatch_wake);
 }
 

@@ -430,4 +430,17 @@ int bypass_write (struct queue *, struct session *, const void *buf,
                   uint32_t count, uint64_t offset, unsigned flags);
 bool bypass_overlaps (const struct queue *, uint64_t start, uint64_t end);
 
+/* Under the lock: the operations the queue has outstanding on its
+ * backend, which an asynchronous backend's max_in_flight bounds: its
+ * batches and the writes going around it.  A synchronous backend's
+ * writes around the queue hold dispatch tokens instead.
+ */
+static inline uint32_t
+ops_in_flight (const struct queue *q)
+{
+  queue_assert_locked (q);
+  return backend_is_async (q->backend) ? q->nr_batches + q->nr_bypassing
+    : q->nr_batches;
+}
+
 #endif /* PLUGQ_QUEUE_INTERNAL_H */

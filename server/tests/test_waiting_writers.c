@@ -725,6 +725,48 @@ test_waiting_writes_go_around (void)
           " is queued and lands after it [async]");
 }
 
+/* Writes around the queue count against the backend's max_in_flight
+ * with its batches: with two held, a third waiting write is queued and
+ * goes out once one of them is written.
+ */
+static void
+test_writes_around_count_in_flight (void)
+{
+  struct queue_config cfg = waiting_config (ACK_DISPATCHED);
+  struct test_write_job j[3] = {
+    { .c = 'a', .count = BLOCK, .offset = 0 },
+    { .c = 'b', .count = BLOCK, .offset = 8 * BLOCK },
+    { .c = 'c', .count = BLOCK, .offset = 16 * BLOCK },
+  };
+  struct test_thread t[3] = { TEST_THREAD_INIT, TEST_THREAD_INIT,
+                              TEST_THREAD_INIT };
+  struct test_rig r;
+  bool ok;
+
+  cfg.bypass = true;
+  ok = CHECK (rig_start (&r, &cfg, 2, false));
+  if (ok)
+    test_backend_block (r.d[0].tb, TB_PWRITEV);
+  for (int i = 0; ok && i < 3; i++) {
+    j[i].q = r.d[0].q;
+    ok = CHECK (test_thread_start (&t[i], test_write_job_run, &j[i]) == 0)
+      && (i == 2 || CHECK (ENTERED (r, i + 1)));
+  }
+  ok = ok
+    && CHECK (TEST_WAIT_FOR (test_stats (r.d[0].q).queued_requests == 1))
+    && CHECK (test_backend_entered (r.d[0].tb, TB_PWRITEV) == 2);
+  test_backend_release (r.d[0].tb, TB_PWRITEV);
+  for (int i = 0; i < 3; i++) {
+    ok = ok && CHECK (test_thread_wait (&t[i])) && CHECK (t[i].result == 0);
+    test_thread_join (&t[i]);
+  }
+  ok = ok && CHECK (test_stats (r.d[0].q).bypassed_writes == 2)
+    && CHECK (test_backend_holds (r.d[0].tb, 'c', BLOCK, 16 * BLOCK));
+  test_rig_stop (&r);
+  tap_ok (ok, "writes around the queue count against max_in_flight: with"
+          " two of two held, the third is queued and lands after [async]");
+}
+
 int
 main (void)
 {
@@ -742,6 +784,7 @@ main (void)
   test_waiting_write_lends_its_buffer (ASYNC_IN_FLIGHT);
   test_lent_buffer_outlives_readers ();
   test_waiting_writes_go_around ();
+  test_writes_around_count_in_flight ();
   test_interleaved_waiting_writers (false);
   test_interleaved_waiting_writers (true);
   tap_plan (tap_count);
