@@ -567,11 +567,13 @@ queue_pwrite (struct queue *q, struct session *s, const void *buf,
   if (count == 0)
     return 0;
   /* Only a hint without the lock: bypass_write decides under it.  A
-   * write on an asynchronous backend may go around pieces in flight
-   * (not over them).
+   * write may go around pieces queued or in flight elsewhere (not over
+   * them); on a queue holding pieces, a write continuing a stream takes
+   * the queue without asking.
    */
-  if ((q->bypass && atomic_load_explicit (&q->pieces_present,
-                                          memory_order_relaxed) == 0)
+  if ((q->bypass && (atomic_load_explicit (&q->pieces_present,
+                                           memory_order_relaxed) == 0
+                     || !continues_recent_write (q, offset)))
       || (!(flags & REQ_FUA)
           && (q->bypass_waiting
               || (q->bypass_large && count >= q->merge_limit)))) {

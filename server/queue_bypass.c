@@ -13,8 +13,10 @@
  * A write goes around the queue (bypass_allowed) when:
  *   - the disk has bypass=auto (the default) and a backend that writes
  *     to memory, synchronously, at any alignment (q->bypass);
- *   - nothing is queued or in flight through the queue, so no older
- *     piece holds any of its bytes and nothing waits to go before it;
+ *   - no piece queued or in flight through the queue holds any of its
+ *     bytes (queued_between, in_flight_between): pieces elsewhere may
+ *     stay queued, as the order writes to distinct bytes reach memory in
+ *     does not matter;
  *   - a dispatch token is free and, unless it is FUA, no FLUSH waits to
  *     start while no backend flush runs (take_bypass_token): the writer
  *     holds it while it writes, so the backend never sees more than
@@ -57,6 +59,19 @@
 
 #include "queue_internal.h"
 
+/* Under the lock: whether a queued piece has bytes in [start, end). */
+static bool
+queued_between (struct queue *q, uint64_t start, uint64_t end)
+{
+  struct piece *p;
+
+  queue_assert_locked (q);
+  if (RB_EMPTY (&q->by_offset))
+    return false;               /* the common case: one load */
+  p = first_reaching (&q->by_offset, start);
+  return p && p->offset < end;
+}
+
 /* Under the lock: whether [start, end) touches a write going around the
  * queue.
  */
@@ -80,10 +95,10 @@ bypass_allowed (struct queue *q, uint64_t count, uint64_t offset,
                 unsigned flags)
 {
   queue_assert_locked (q);
-  return q->nr_queued == 0 && q->nr_batches == 0
-    && q->nr_bypassing < BYPASS_SLOTS
+  return q->nr_bypassing < BYPASS_SLOTS
     && (count >= q->merge_limit || !continues_recent_write (q, offset))
-    && !bypass_overlaps (q, offset, offset + count)
+    && !queued_between (q, offset, offset + count)
+    && !in_flight_between (q, offset, offset + count)
     && take_bypass_token (q, (flags & REQ_FUA) != 0);
 }
 

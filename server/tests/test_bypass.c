@@ -8,9 +8,10 @@
  *    begun once they were written; those written while a flush runs
  *    share the next one.
  *  - What the queue is for still takes it: the second write of a
- *    sequential stream (and everything behind it), any write while
- *    something is queued, every write with bypass=never or
- *    on a backend that does not write to memory.  A write of max-merge
+ *    sequential stream (and everything behind it), a write over bytes
+ *    a queued piece holds, every write with bypass=never or on a
+ *    backend that does not write to memory.  A random write goes around
+ *    a queue holding pieces elsewhere.  A write of max-merge
  *    bytes or more goes around even when it continues a stream.
  *  - Ordering: a write over bytes another write is taking around the
  *    queue waits for it (it is queued, and its batch is not taken until
@@ -311,24 +312,31 @@ test_fua_around_waiting_flush (void)
 
 /* ------------------------------------------------------------ queued */
 
-/* With the stream's second write queued, a random write is queued too:
- * nothing goes around a non-empty queue.
+/* With the stream's second write queued, a random write elsewhere goes
+ * around the queue; one over the queued piece's bytes is queued, and
+ * the newer data wins.
  */
 static void
-test_nothing_around_a_queue (void)
+test_around_a_queue (void)
 {
   struct queue_config cfg = bypass_config (true);
   struct test_rig r;
   bool ok = CHECK (rig_start (&r, &cfg, 1, true))
     && CHECK (write_block (r.d[0].q, 'a', 0, 0))
     && CHECK (write_block (r.d[0].q, 'b', 1, 0))
-    && CHECK (write_block (r.d[0].q, 'c', 100, 0));
+    && CHECK (write_block (r.d[0].q, 'c', 100, 0))
+    && CHECK (write_block (r.d[0].q, 'd', 1, 0));
 
-  ok = ok && CHECK (test_backend_count (r.d[0].tb, TB_PWRITEV) == 1)
-    && CHECK (test_stats (r.d[0].q).bypassed_writes == 1)
-    && CHECK (test_queue_reads_as (r.d[0].q, 'c', BLOCK, 100 * BLOCK));
+  ok = ok && CHECK (test_backend_count (r.d[0].tb, TB_PWRITEV) == 2)
+    && CHECK (test_backend_holds (r.d[0].tb, 'c', BLOCK, 100 * BLOCK))
+    && CHECK (test_stats (r.d[0].q).bypassed_writes == 2)
+    && CHECK (test_stats (r.d[0].q).queued_requests == 1)
+    && CHECK (test_queue_reads_as (r.d[0].q, 'd', BLOCK, BLOCK))
+    && CHECK (queue_flush (r.d[0].q, NULL) == 0)
+    && CHECK (test_backend_holds (r.d[0].tb, 'd', BLOCK, BLOCK));
   test_rig_stop (&r);
-  tap_ok (ok, "while anything is queued, every write is queued");
+  tap_ok (ok, "a random write goes around a queue holding a piece"
+          " elsewhere; one over the piece's bytes is queued and wins");
 }
 
 /* bypass=never, and a backend that does not write to memory. */
@@ -624,7 +632,7 @@ main (void)
   test_full_size_writes_go_around ();
   test_fua_goes_around_then_flushes ();
   test_fua_around_waiting_flush ();
-  test_nothing_around_a_queue ();
+  test_around_a_queue ();
   test_bypass_off (false, true, "bypass=never");
   test_bypass_off (true, false, "a backend that does not write to memory");
   test_overlapping_write_waits ();
