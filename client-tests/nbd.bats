@@ -313,9 +313,13 @@ for name, path, log in (("r", sys.argv[1], sys.argv[2]), ("q", sys.argv[3], sys.
         assert len(writes) <= 16, \
             "r: 64 pipelined 4K writes became %d remote writes: %s" % (len(writes), show(writes))
     else:
-        # All 64 were queued when the FLUSH came: one 256K NBD write.
-        assert len(writes) == 1, \
-            "q: 64 queued sequential 4K writes became %d remote writes, expected 1: %s" \
+        # All 64 were queued when the FLUSH came and went out as one
+        # merged write.  NBD has no vectored write: each of the stream's
+        # 64K pieces is an NBD write of its own (runs of smaller pieces
+        # are gathered into one), so 256K reach the remote as 4 or a few
+        # more where out-of-order arrivals cut the pieces.
+        assert len(writes) <= 8, \
+            "q: 64 queued sequential 4K writes became %d remote writes: %s" \
             % (len(writes), show(writes))
     last = max(i for i, c in enumerate(calls) if c[0] == "Write")
     assert any(c[0] == "Flush" for c in calls[last:]), \

@@ -34,7 +34,6 @@
 #include "backend_nbd.h"
 #include "backend_type.h"
 #include "config_value.h"
-#include "iovec.h"
 #include "log.h"
 
 #define ZERO_CHUNK (1024 * 1024 * 1024)        /* under NBD's 32-bit count */
@@ -90,17 +89,83 @@ remote_extents (struct backend *b, uint64_t count, uint64_t offset,
                                     count, offset, count));
 }
 
-/* Gathers a merged write into one buffer: NBD has no vectored write. */
-static const void *
-gather (struct nbd_op *op, const struct iovec *iov, int iovcnt,
-        uint64_t count)
+/* NBD has no vectored write.  A merged write's buffer of SEND_DIRECT
+ * bytes or more (a stream's piece), or a small one between two such,
+ * goes as its own commands from where it is; each run of two or more
+ * smaller buffers is gathered into its place in one bounce buffer and
+ * goes as one command.  Copying every buffer into one command had made
+ * a stream's every byte be copied twice; sending every buffer alone
+ * would split merged small writes into as many commands again.
+ */
+#define SEND_DIRECT (64 * 1024)
+
+static bool
+is_small (const struct iovec *iov, int iovcnt, int i)
 {
-  if (iovcnt == 1)
-    return iov[0].iov_base;
-  if ((op->bounce = malloc (count)) == NULL)
-    return NULL;
-  iov_copy_out (op->bounce, iov, iovcnt, 0, count);
-  return op->bounce;
+  return i >= 0 && i < iovcnt && iov[i].iov_len < SEND_DIRECT;
+}
+
+/* Whether iov[i] is gathered: small, next to another small one. */
+static bool
+gathered (const struct iovec *iov, int iovcnt, int i)
+{
+  return is_small (iov, iovcnt, i)
+    && (is_small (iov, iovcnt, i - 1) || is_small (iov, iovcnt, i + 1));
+}
+
+static size_t
+gathered_bytes (const struct iovec *iov, int iovcnt)
+{
+  size_t n = 0;
+
+  for (int i = 0; i < iovcnt; i++)
+    if (gathered (iov, iovcnt, i))
+      n += iov[i].iov_len;
+  return n;
+}
+
+/* Copies the run of small buffers from iov[*i] on to dst; their length. */
+static size_t
+gather_run (char *dst, const struct iovec *iov, int iovcnt, int *i)
+{
+  size_t len = 0;
+
+  for (; is_small (iov, iovcnt, *i); (*i)++) {
+    memcpy (dst + len, iov[*i].iov_base, iov[*i].iov_len);
+    len += iov[*i].iov_len;
+  }
+  return len;
+}
+
+static int
+issue_write (struct nbd_backend *nb, struct nbd_op *op,
+             const struct backend_io *io)
+{
+  const struct iovec *iov = io->iov;
+  size_t small = gathered_bytes (iov, io->iovcnt);
+  uint64_t offset = io->offset;
+  char *next;
+
+  if (small > 0 && (op->bounce = malloc (small)) == NULL)
+    return -1;
+  next = op->bounce;
+  for (int i = 0; i < io->iovcnt;) {
+    const char *data = iov[i].iov_base;
+    size_t len = iov[i].iov_len;
+
+    if (gathered (iov, io->iovcnt, i)) {
+      data = next;
+      len = gather_run (next, iov, io->iovcnt, &i);
+      next += len;
+    }
+    else
+      i++;
+    if (issue_chunks (nb, op, issue_pwrite, data, true, len, offset,
+                      nb->caps.max_payload) == -1)
+      return -1;
+    offset += len;
+  }
+  return 0;
 }
 
 /* Zeroes on a server without WRITE_ZEROES: writes of a zero buffer. */
@@ -117,15 +182,9 @@ static int
 issue_io (struct nbd_backend *nb, struct nbd_op *op,
           const struct backend_io *io)
 {
-  const void *data;
-
   switch (io->kind) {
   case OP_WRITE:
-    data = gather (op, io->iov, io->iovcnt, io->count);
-    if (data == NULL)
-      return -1;
-    return issue_chunks (nb, op, issue_pwrite, data, true, io->count,
-                         io->offset, nb->caps.max_payload);
+    return issue_write (nb, op, io);
   case OP_ZERO:
     if (!nb->caps.can_zero)
       return issue_zero_writes (nb, op, io->count, io->offset);
