@@ -10,7 +10,8 @@
  *    short of a multiple runs on to the next).
  *  - Reads see appended bytes before they are written out; a newer write
  *    over some of them cuts them like any queued bytes.
- *  - unplug-thresh counts appended requests.
+ *  - unplug-thresh counts pieces, not appended requests; a stream
+ *    unplugs at max-merge bytes.
  *  - Only the newest piece takes appends: a write that continues an
  *    older piece is a piece of its own, as noop promises; nor does a
  *    write over bytes an older queued piece holds, which it must cut.
@@ -237,28 +238,42 @@ test_reads_and_cuts (void)
           pieces);
 }
 
+/* The kernel's plug counts requests, not the bios merged into them:
+ * unplug-thresh counts pieces, and a stream's appended writes count
+ * towards max-merge bytes only.
+ */
 static void
-test_thresh_counts_appended (void)
+test_thresh_counts_pieces (void)
 {
   struct queue_config cfg = test_config (TEST_HOUR, 4);
   struct test_rig r;
-  struct queue_stats st;
-  bool ok = CHECK (rig_start (&r, &cfg));
+  uint32_t pieces = 0, appended = 0;
+  bool ok;
 
-  ok = ok && write_blocks (r.d[0].q, 0, 3, 0);
-  ok = ok && CHECK (test_stats (r.d[0].q).unplugs[UNPLUG_THRESHOLD] == 0)
-    && CHECK (write_block (r.d[0].q, 'd', 3, 0));
-  if (ok) {
-    st = test_stats (r.d[0].q);
-    ok = CHECK (st.unplugs[UNPLUG_THRESHOLD] == 1)
-      && CHECK (TEST_WAIT_FOR (test_backend_count (r.d[0].tb, TB_PWRITEV)
-                               >= 1));
-  }
-  ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0)
-    && CHECK (test_backend_holds (r.d[0].tb, 'd', BLOCK, 3 * BLOCK));
+  cfg.max_merge = 16 * BLOCK;
+  ok = CHECK (rig_start (&r, &cfg)) && write_blocks (r.d[0].q, 0, 8, 0);
+  if (ok)
+    queue_shape (r.d[0].q, &pieces, &appended);
+  ok = ok && CHECK (pieces == 2) && CHECK (appended == 6)
+    && CHECK (test_stats (r.d[0].q).unplugs[UNPLUG_THRESHOLD] == 0)
+    /* Two random pieces make four. */
+    && CHECK (write_block (r.d[0].q, 'x', 100, 0))
+    && CHECK (test_stats (r.d[0].q).unplugs[UNPLUG_THRESHOLD] == 0)
+    && CHECK (write_block (r.d[0].q, 'y', 200, 0))
+    && CHECK (test_stats (r.d[0].q).unplugs[UNPLUG_THRESHOLD] == 1)
+    && CHECK (queue_flush (r.d[0].q, NULL) == 0)
+    /* A stream alone unplugs once max-merge bytes are queued. */
+    && write_blocks (r.d[0].q, 16, 31, 0)
+    && CHECK (test_stats (r.d[0].q).unplugs[UNPLUG_THRESHOLD] == 1)
+    && write_blocks (r.d[0].q, 31, 32, 0)
+    && CHECK (test_stats (r.d[0].q).unplugs[UNPLUG_THRESHOLD] == 2)
+    && CHECK (queue_flush (r.d[0].q, NULL) == 0)
+    && blocks_landed (r.d[0].tb, 0, 8) && blocks_landed (r.d[0].tb, 16, 32)
+    && CHECK (test_backend_holds (r.d[0].tb, 'y', BLOCK, 200 * BLOCK));
   test_rig_stop (&r);
-  tap_ok (ok, "unplug-thresh=4 counts appended requests: the 4th write of"
-          " a stream unplugs");
+  tap_ok (ok, "unplug-thresh=4 counts pieces: 8 stream writes in 2 pieces"
+          " stay plugged, 2 random writes more unplug; a stream alone"
+          " unplugs at max-merge bytes");
 }
 
 /* ------------------------------------------------------------ not appended */
@@ -354,7 +369,7 @@ main (void)
   test_aligned_stream_appends ();
   test_pieces_end_on_grain ();
   test_reads_and_cuts ();
-  test_thresh_counts_appended ();
+  test_thresh_counts_pieces ();
   test_not_appended ((const uint64_t[]) { 0, 1, 100, 2 }, "abrc", 4, 4,
                      "a write that continues an older piece than the"
                      " newest is a piece of its own");
