@@ -201,10 +201,7 @@ timer_fired (void *arg, uint64_t deadline_ns)
 
 /* After a piece joined the queue: plug an idle queue, unplug on a
  * threshold or a sync trigger.  True when this arrival unplugged it.
- * The thresholds are unplug-thresh pieces and max-merge bytes: writes
- * appended to a piece count towards the bytes only, as the kernel's
- * plug counts requests and not the bios merged into them, so a stream
- * goes out in operations of max-merge.
+ * The thresholds are unplug-thresh (unplug_count) and max-merge bytes.
  *
  * A writer about to wait for its own write (FUA, ack=dispatched) is the
  * kernel's process asleep on its page, which unplugs the device at once
@@ -221,7 +218,7 @@ after_insert (struct queue *q, bool waiter)
   if (waiter)
     queue_unplug_locked (q, UNPLUG_SYNC);
   else if (q->state == QUEUE_PLUGGED
-           && (q->nr_queued >= q->cfg.unplug_thresh
+           && (unplug_count (q) >= q->cfg.unplug_thresh
                || q->queued_bytes >= q->merge_limit))
     queue_unplug_locked (q, UNPLUG_THRESHOLD);
   else

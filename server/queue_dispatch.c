@@ -115,7 +115,7 @@ should_replug (const struct queue *q)
   queue_assert_locked (q);
   return oldest && oldest->seq > q->unplug_seq
     && q->cfg.unplug_thresh > 1
-    && q->nr_queued < q->cfg.unplug_thresh
+    && unplug_count (q) < q->cfg.unplug_thresh
     && q->queued_bytes < q->merge_limit
     && !q->flush.wanted && !q->stopping && q->full_waiters == 0
     && q->dispatched_waiters == 0;

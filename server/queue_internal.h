@@ -228,6 +228,19 @@ queued_requests (const struct queue *q)
   return q->nr_queued + q->appended_requests;
 }
 
+/* What unplug-thresh counts.  Where each backend operation costs (a
+ * disk through O_DIRECT, a remote, an RBD image) it counts pieces, as
+ * the kernel's plug counts requests and not the bios merged into them,
+ * so a stream goes out in operations of max-merge.  Where writes only
+ * reach memory, operations cost next to nothing and a max-merge write
+ * only holds the thread that writes it out longer: every request.
+ */
+static inline uint32_t
+unplug_count (const struct queue *q)
+{
+  return q->backend->writes_to_memory ? queued_requests (q) : q->nr_queued;
+}
+
 /* A request's answer: 0, or -1 with errno err. */
 static inline int
 queue_answer (int err)

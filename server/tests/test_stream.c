@@ -10,8 +10,9 @@
  *    short of a multiple runs on to the next).
  *  - Reads see appended bytes before they are written out; a newer write
  *    over some of them cuts them like any queued bytes.
- *  - unplug-thresh counts pieces, not appended requests; a stream
- *    unplugs at max-merge bytes.
+ *  - unplug-thresh counts pieces, not appended requests, and a stream
+ *    unplugs at max-merge bytes; on a backend that writes to memory it
+ *    counts every request.
  *  - Only the newest piece takes appends: a write that continues an
  *    older piece is a piece of its own, as noop promises; nor does a
  *    write over bytes an older queued piece holds, which it must cut.
@@ -276,6 +277,30 @@ test_thresh_counts_pieces (void)
           " unplugs at max-merge bytes");
 }
 
+/* On a backend whose writes only reach memory, a write-out costs next to
+ * nothing per operation: there unplug-thresh counts every request.
+ */
+static void
+test_thresh_counts_appended_in_memory (void)
+{
+  struct queue_config cfg = test_config (TEST_HOUR, 4);
+  const struct test_shape shape = { .writes_to_memory = true };
+  struct test_rig r;
+  bool ok;
+
+  cfg.bypass = false;
+  ok = CHECK (test_rig_shaped (&r, &cfg, DISK_SIZE, &shape))
+    && write_blocks (r.d[0].q, 0, 3, 0)
+    && CHECK (test_stats (r.d[0].q).unplugs[UNPLUG_THRESHOLD] == 0)
+    && write_blocks (r.d[0].q, 3, 4, 0)
+    && CHECK (test_stats (r.d[0].q).unplugs[UNPLUG_THRESHOLD] == 1)
+    && CHECK (queue_flush (r.d[0].q, NULL) == 0)
+    && blocks_landed (r.d[0].tb, 0, 4);
+  test_rig_stop (&r);
+  tap_ok (ok, "unplug-thresh=4 on a backend that writes to memory counts"
+          " appended requests: the 4th write of a stream unplugs");
+}
+
 /* ------------------------------------------------------------ not appended */
 
 /* One block of chars[i] at blocks[i] for each of n writes, none of them
@@ -364,12 +389,13 @@ test_max_merge_bounds_growth (void)
 int
 main (void)
 {
-  tap_plan (11);
+  tap_plan (12);
   test_stream_appends ();
   test_aligned_stream_appends ();
   test_pieces_end_on_grain ();
   test_reads_and_cuts ();
   test_thresh_counts_pieces ();
+  test_thresh_counts_appended_in_memory ();
   test_not_appended ((const uint64_t[]) { 0, 1, 100, 2 }, "abrc", 4, 4,
                      "a write that continues an older piece than the"
                      " newest is a piece of its own");
