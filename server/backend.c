@@ -1,11 +1,11 @@
 /* plugq: calling a backend outside the queue's dispatch (backend.h). */
 #include <config.h>
 
-#include <assert.h>
 #include <errno.h>
 #include <semaphore.h>
 
 #include "backend.h"
+#include "lock.h"
 
 /* An asynchronous operation and the thread that waits for it.  The
  * completion posts a semaphore: a condition variable signalled under its
@@ -36,8 +36,7 @@ io_wait_async (struct backend *b, const struct backend_io *io)
   sem_init (&w.done, 0, 0);
   r = b->ops->io (b, &w.io);
   if (r != -1) {
-    while (sem_wait (&w.done) == -1)
-      assert (errno == EINTR);
+    semaphore_wait (&w.done);
     if (w.err) {
       errno = w.err;
       r = -1;

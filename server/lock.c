@@ -1,6 +1,8 @@
 /* plugq: the engine's mutexes (lock.h). */
 #include <config.h>
 
+#include <assert.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -86,4 +88,14 @@ lock_wait_until (pthread_cond_t *cond, struct lock *l, uint64_t deadline_ns)
   r = cond_wait_until (cond, &l->mutex, deadline_ns);
   lock_handed_back (l);
   return r;
+}
+
+void
+semaphore_wait (sem_t *s)
+{
+  int saved_errno = errno;
+
+  while (sem_wait (s) == -1)
+    assert (errno == EINTR);
+  errno = saved_errno;
 }

@@ -7,7 +7,9 @@
  * is a bare pthread mutex and the assertions compile to nothing.
  *
  * A condition wait goes through lock_wait (), which hands the ownership
- * record over with the mutex.
+ * record over with the mutex.  A thread that waits with no lock held,
+ * for one poster (a completion, a writer's answer), sleeps on a
+ * semaphore through semaphore_wait ().
  */
 #ifndef PLUGQ_LOCK_H
 #define PLUGQ_LOCK_H
@@ -18,6 +20,7 @@
  */
 
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -66,5 +69,8 @@ void lock_wait (pthread_cond_t *, struct lock *);
  * deadline passed, else 0.
  */
 int lock_wait_until (pthread_cond_t *, struct lock *, uint64_t deadline_ns);
+
+/* sem_wait until posted, through signals; errno is left as it was. */
+void semaphore_wait (sem_t *);
 
 #endif /* PLUGQ_LOCK_H */

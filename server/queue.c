@@ -16,7 +16,6 @@
  */
 #include <config.h>
 
-#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <semaphore.h>
@@ -398,8 +397,7 @@ sleep_until_written (struct queue *q, struct completion *done)
   }
   done->sleeping = true;
   lock_release (&q->lock);
-  while (sem_wait (&done->written) == -1)
-    assert (errno == EINTR);
+  semaphore_wait (&done->written);
   return done->err;
 }
 
@@ -521,17 +519,14 @@ submit_lent (struct queue *q, struct session *s, const void *buf,
   struct data_buffer lent;
   sem_t released;
   struct piece r;
-  int ret, saved_errno;
+  int ret;
 
   sem_init (&released, 0, 0);
   piece_init (q, &r, OP_WRITE, count, offset, flags);
   r.buf = data_buffer_lend (&lent, buf, count, &released);
   ret = submit (q, s, &r, flags);
-  saved_errno = errno;
-  while (sem_wait (&released) == -1)
-    assert (errno == EINTR);
+  semaphore_wait (&released);
   sem_destroy (&released);
-  errno = saved_errno;
   return ret;
 }
 

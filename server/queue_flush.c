@@ -200,8 +200,7 @@ sleep_until_answered (struct queue *q, struct session *s, uint64_t ticket,
   sem_init (&w.answered, 0, 0);
   TAILQ_INSERT_TAIL (&q->flush.sleepers, &w, link);
   lock_release (&q->lock);
-  while (sem_wait (&w.answered) == -1)
-    assert (errno == EINTR);
+  semaphore_wait (&w.answered);
   sem_destroy (&w.answered);
   return w.err;
 }
