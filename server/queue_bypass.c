@@ -90,30 +90,40 @@ bypass_overlaps (const struct queue *q, uint64_t start, uint64_t end)
   return false;
 }
 
+/* What both rules ask: a free slot, no stream to leave to the queue
+ * (unless the write is max-merge bytes or more), and nothing in flight
+ * over its bytes.
+ */
+static bool
+may_go_around (struct queue *q, uint64_t count, uint64_t offset)
+{
+  queue_assert_locked (q);
+  return q->nr_bypassing < BYPASS_SLOTS
+    && (count >= q->merge_limit || !continues_recent_write (q, offset))
+    && !in_flight_between (q, offset, offset + count);
+}
+
 static bool
 bypass_allowed (struct queue *q, uint64_t count, uint64_t offset,
                 unsigned flags)
 {
   queue_assert_locked (q);
-  return q->nr_bypassing < BYPASS_SLOTS
-    && (count >= q->merge_limit || !continues_recent_write (q, offset))
+  return may_go_around (q, count, offset)
     && !queued_between (q, offset, offset + count)
-    && !in_flight_between (q, offset, offset + count)
     && take_bypass_token (q, (flags & REQ_FUA) != 0);
 }
 
 /* The same for a write on an asynchronous backend that waits for its
  * answer or is of max-merge bytes or more (queue_pwrite asked): no
- * token, and pieces in flight are allowed unless they touch its bytes.
+ * token, nothing queued, and room under the backend's max_in_flight.
  */
 static bool
 async_bypass_allowed (struct queue *q, uint64_t count, uint64_t offset)
 {
   queue_assert_locked (q);
-  return q->nr_queued == 0 && q->nr_bypassing < BYPASS_SLOTS && !q->stopping
+  return q->nr_queued == 0 && !q->stopping
     && ops_in_flight (q) < q->max_in_flight
-    && (count >= q->merge_limit || !continues_recent_write (q, offset))
-    && !in_flight_between (q, offset, offset + count);
+    && may_go_around (q, count, offset);
 }
 
 /* Under the lock, with a token (none on an asynchronous backend): a
