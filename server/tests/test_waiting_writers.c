@@ -677,6 +677,34 @@ test_lent_buffer_outlives_readers (void)
           " writer is answered after the read [async]");
 }
 
+/* A disk on an asynchronous backend taking `in_flight` operations, with
+ * ack=dispatched and bypass=auto, its writes held in the backend.
+ */
+static bool
+around_rig_start (struct test_rig *r, unsigned in_flight)
+{
+  struct queue_config cfg = waiting_config (ACK_DISPATCHED);
+
+  cfg.bypass = true;
+  if (!CHECK (rig_start (r, &cfg, in_flight, false)))
+    return false;
+  test_backend_block (r->d[0].tb, TB_PWRITEV);
+  return true;
+}
+
+/* While ok, waits for n writer threads and asks whether each wrote; joins
+ * them either way.
+ */
+static bool
+writers_done (struct test_thread *t, int n, bool ok)
+{
+  for (int i = 0; i < n; i++) {
+    ok = ok && CHECK (test_thread_wait (&t[i])) && CHECK (t[i].result == 0);
+    test_thread_join (&t[i]);
+  }
+  return ok;
+}
+
 /* bypass=auto on an asynchronous backend: waiting random writes go
  * around the queue, several at once, from their own threads; a write
  * over bytes one of them is still writing takes the queue and goes out
@@ -685,7 +713,6 @@ test_lent_buffer_outlives_readers (void)
 static void
 test_waiting_writes_go_around (void)
 {
-  struct queue_config cfg = waiting_config (ACK_DISPATCHED);
   struct test_write_job j[4] = {
     { .c = 'a', .count = BLOCK, .offset = 0 },
     { .c = 'b', .count = BLOCK, .offset = 8 * BLOCK },
@@ -695,12 +722,8 @@ test_waiting_writes_go_around (void)
   struct test_thread t[4] = { TEST_THREAD_INIT, TEST_THREAD_INIT,
                               TEST_THREAD_INIT, TEST_THREAD_INIT };
   struct test_rig r;
-  bool ok;
+  bool ok = around_rig_start (&r, ASYNC_IN_FLIGHT);
 
-  cfg.bypass = true;
-  ok = CHECK (rig_start (&r, &cfg, ASYNC_IN_FLIGHT, false));
-  if (ok)
-    test_backend_block (r.d[0].tb, TB_PWRITEV);
   for (int i = 0; ok && i < 3; i++) {
     j[i].q = r.d[0].q;
     ok = CHECK (test_thread_start (&t[i], test_write_job_run, &j[i]) == 0)
@@ -712,11 +735,8 @@ test_waiting_writes_go_around (void)
     && CHECK (TEST_WAIT_FOR (test_stats (r.d[0].q).queued_requests == 1))
     && CHECK (test_backend_entered (r.d[0].tb, TB_PWRITEV) == 3);
   test_backend_release (r.d[0].tb, TB_PWRITEV);
-  for (int i = 0; i < 4; i++) {
-    ok = ok && CHECK (test_thread_wait (&t[i])) && CHECK (t[i].result == 0);
-    test_thread_join (&t[i]);
-  }
-  ok = ok && CHECK (test_stats (r.d[0].q).bypassed_writes == 3)
+  ok = writers_done (t, 4, ok)
+    && CHECK (test_stats (r.d[0].q).bypassed_writes == 3)
     && CHECK (test_backend_holds (r.d[0].tb, 'z', BLOCK, 0))
     && CHECK (test_backend_holds (r.d[0].tb, 'c', BLOCK, 16 * BLOCK));
   test_rig_stop (&r);
@@ -732,7 +752,6 @@ test_waiting_writes_go_around (void)
 static void
 test_writes_around_count_in_flight (void)
 {
-  struct queue_config cfg = waiting_config (ACK_DISPATCHED);
   struct test_write_job j[3] = {
     { .c = 'a', .count = BLOCK, .offset = 0 },
     { .c = 'b', .count = BLOCK, .offset = 8 * BLOCK },
@@ -741,12 +760,8 @@ test_writes_around_count_in_flight (void)
   struct test_thread t[3] = { TEST_THREAD_INIT, TEST_THREAD_INIT,
                               TEST_THREAD_INIT };
   struct test_rig r;
-  bool ok;
+  bool ok = around_rig_start (&r, 2);
 
-  cfg.bypass = true;
-  ok = CHECK (rig_start (&r, &cfg, 2, false));
-  if (ok)
-    test_backend_block (r.d[0].tb, TB_PWRITEV);
   for (int i = 0; ok && i < 3; i++) {
     j[i].q = r.d[0].q;
     ok = CHECK (test_thread_start (&t[i], test_write_job_run, &j[i]) == 0)
@@ -756,11 +771,8 @@ test_writes_around_count_in_flight (void)
     && CHECK (TEST_WAIT_FOR (test_stats (r.d[0].q).queued_requests == 1))
     && CHECK (test_backend_entered (r.d[0].tb, TB_PWRITEV) == 2);
   test_backend_release (r.d[0].tb, TB_PWRITEV);
-  for (int i = 0; i < 3; i++) {
-    ok = ok && CHECK (test_thread_wait (&t[i])) && CHECK (t[i].result == 0);
-    test_thread_join (&t[i]);
-  }
-  ok = ok && CHECK (test_stats (r.d[0].q).bypassed_writes == 2)
+  ok = writers_done (t, 3, ok)
+    && CHECK (test_stats (r.d[0].q).bypassed_writes == 2)
     && CHECK (test_backend_holds (r.d[0].tb, 'c', BLOCK, 16 * BLOCK));
   test_rig_stop (&r);
   tap_ok (ok, "writes around the queue count against max_in_flight: with"
