@@ -56,6 +56,9 @@ static void
 queue_init_fields (struct queue *q, struct backend *backend,
                    const struct queue_config *cfg)
 {
+  /* Writes may go around an asynchronous backend (queue_bypass.c). */
+  bool async_around;
+
   q->backend = backend;
   q->cfg = *cfg;
   q->merge_limit = cfg->max_merge;
@@ -79,9 +82,10 @@ queue_init_fields (struct queue *q, struct backend *backend,
   q->bypass = cfg->bypass && backend->writes_to_memory
     && !backend_is_async (backend) && q->block_mask == 0
     && backend->buffer_align <= 1;
-  q->bypass_large = cfg->bypass && backend_is_async (backend)
+  async_around = cfg->bypass && backend_is_async (backend)
     && q->block_mask == 0 && backend->buffer_align <= 1;
-  q->bypass_waiting = q->bypass_large && cfg->ack == ACK_DISPATCHED;
+  q->bypass_large = async_around;
+  q->bypass_waiting = async_around && cfg->ack == ACK_DISPATCHED;
   q->elevator.by_offset = &q->by_offset;
   q->elevator.by_age = &q->by_age;
   q->flush.next_epoch = 1;
