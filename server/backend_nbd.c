@@ -34,6 +34,7 @@
 #include "backend_nbd.h"
 #include "backend_type.h"
 #include "config_value.h"
+#include "iovec.h"
 #include "log.h"
 
 #define ZERO_CHUNK (1024 * 1024 * 1024)        /* under NBD's 32-bit count */
@@ -124,16 +125,18 @@ gathered_bytes (const struct iovec *iov, int iovcnt)
   return n;
 }
 
-/* Copies the run of small buffers from iov[*i] on to dst; their length. */
+/* Copies the run of small buffers from iov[*i] on to dst (iov_copy_out)
+ * and moves *i past it: the run's length.
+ */
 static size_t
 gather_run (char *dst, const struct iovec *iov, int iovcnt, int *i)
 {
+  int first = *i;
   size_t len = 0;
 
-  for (; is_small (iov, iovcnt, *i); (*i)++) {
-    memcpy (dst + len, iov[*i].iov_base, iov[*i].iov_len);
+  for (; is_small (iov, iovcnt, *i); (*i)++)
     len += iov[*i].iov_len;
-  }
+  iov_copy_out (dst, iov + first, *i - first, 0, len);
   return len;
 }
 
