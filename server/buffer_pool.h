@@ -14,6 +14,7 @@
 #ifndef PLUGQ_BUFFER_POOL_H
 #define PLUGQ_BUFFER_POOL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -45,7 +46,16 @@ void *buffer_pool_get (struct buffer_pool *, size_t size,
                        size_t *mapped_size);
 void buffer_pool_put (struct buffer_pool *, void *data, size_t mapped_size);
 
-/* Bytes of spare mappings held now. */
+/* Bytes of spare mappings held now, read without the pool's lock: a
+ * put or take running beside the call may or may not be in it.
+ */
 uint64_t buffer_pool_idle_bytes (struct buffer_pool *);
+
+/* Gives spare mappings back to the kernel, the largest first, until at
+ * most keep bytes are idle, but only when no spare was taken since the
+ * previous call: a disk still writing would map them again at once.
+ * True while more than keep bytes stay idle (call again later).
+ */
+bool buffer_pool_trim (struct buffer_pool *, uint64_t keep);
 
 #endif /* PLUGQ_BUFFER_POOL_H */

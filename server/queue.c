@@ -43,13 +43,6 @@ queue_config_defaults (struct queue_config *c)
   c->bypass = true;
 }
 
-/* Spare aligned buffers a disk keeps (buffer_pool.h).  A completed batch
- * frees up to max-merge bytes at once and the next writes take them
- * again, so a few batches' worth covers a stream; never more than the
- * queue itself may hold.
- */
-#define SPARE_BUFFERS_MAX (16 * 1024 * 1024)
-
 static void timer_fired (void *q, uint64_t deadline_ns);
 
 static void
@@ -113,11 +106,9 @@ queue_new (const char *name, struct backend *backend,
            const struct queue_config *cfg)
 {
   struct queue *q = calloc (1, sizeof *q);
-  uint64_t spares = cfg->queue_bytes < SPARE_BUFFERS_MAX
-    ? cfg->queue_bytes : SPARE_BUFFERS_MAX;
 
   if (q == NULL || (q->name = strdup (name)) == NULL
-      || (q->buffers = buffer_pool_new (spares)) == NULL
+      || (q->buffers = buffer_pool_new (cfg->queue_bytes)) == NULL
       || !batch_reserve (q)) {
     if (q) {
       batches_free (q);

@@ -441,4 +441,5 @@ batch_complete (struct queue *q, struct batch *b, int err)
   q->nr_batches--;
   q->batches_done++;            /* frees the pieces held behind it */
   batch_release (q, b);
+  spares_arm_look (q);
 }

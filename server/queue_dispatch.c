@@ -369,14 +369,21 @@ run_queue_until_flushed (struct queue *q, uint64_t ticket)
 
 /* ------------------------------------------------------------ the thread */
 
-/* Until woken, or until a retry is due.  A retry already due waits for
- * the token's holder, whose release wakes this thread.  Drops q->lock.
+/* Until woken, until a retry is due, or until the next look at the
+ * spare buffers (not at all when that look came due meanwhile).  A
+ * retry already due waits for the token's holder, whose release wakes
+ * this thread.  Drops q->lock while it sleeps.
  */
 static void
 dispatcher_sleep (struct queue *q)
 {
   uint64_t until = next_retry_ns (q);
 
+  if (q->spares_look_ns && q->spares_look_ns < until) {
+    if (spares_look_due (q))
+      return;
+    until = q->spares_look_ns;
+  }
   if (until == UINT64_MAX || until <= monotonic_ns ())
     lock_wait (&q->dispatch_wake, &q->lock);
   else
@@ -400,6 +407,10 @@ dispatch_thread (void *arg)
         continue;
       if (q->nr_queued == 0 && q->nr_batches == 0 && q->stopping)
         break;
+    }
+    if (spares_look_due (q)) {
+      spares_trim (q);
+      continue;                 /* the lock was dropped: look again */
     }
     dispatcher_sleep (q);
   }

@@ -155,8 +155,11 @@ struct queue {
    * them, so queuing would only copy them.
    */
   bool bypass_large;
-  struct buffer_pool *buffers;  /* spare mappings for aligned data;
-                                 * has its own lock */
+  struct buffer_pool *buffers;  /* spare mappings for aligned data, up
+                                 * to queue-bytes, fewer once quiet
+                                 * (queue_spares.c); has its own lock */
+  uint64_t spares_look_ns;      /* the next look at buffers, or 0
+                                 * (queue_spares.c) */
   struct data_buffer_spares spare_buffers; /* lock-free */
 
   struct lock lock;
@@ -442,6 +445,19 @@ int dispatch_thread_start (struct queue *);
 int bypass_write (struct queue *, struct session *, const void *buf,
                   uint32_t count, uint64_t offset, unsigned flags);
 bool bypass_overlaps (const struct queue *, uint64_t start, uint64_t end);
+
+/* queue_spares.c */
+
+/* After a batch freed its buffers: arms the dispatch thread's look at
+ * the spare buffers, if they grew past what a quiet disk keeps.
+ */
+void spares_arm_look (struct queue *);
+/* Whether that look is due now. */
+bool spares_look_due (struct queue *);
+/* The look: gives back the spares of a disk that took none since the
+ * previous one.  Drops q->lock around the munmaps.
+ */
+void spares_trim (struct queue *);
 
 /* Under the lock: the operations the queue has outstanding on its
  * backend, which an asynchronous backend's max_in_flight bounds: its

@@ -129,13 +129,58 @@ test_beyond_largest_class (void)
           " unmapped when freed");
 }
 
+/* Trimming gives back the largest spares first, down to what it is
+ * asked to keep, and nothing when a spare was taken since the last call.
+ */
+static void
+test_trim (void)
+{
+  struct buffer_pool *pool = buffer_pool_new (16 * MiB);
+  void *big[3], *small, *again;
+  size_t got[3], got_small, got_again;
+  bool ok = true, more_after_take = false, more_after_trim = true;
+
+  for (int i = 0; i < 3; i++) {
+    big[i] = buffer_pool_get (pool, MiB, &got[i]);
+    ok = ok && CHECK (big[i] != NULL);
+  }
+  small = buffer_pool_get (pool, 256 * KiB, &got_small);
+  ok = ok && CHECK (small != NULL);
+  for (int i = 0; ok && i < 3; i++)
+    buffer_pool_put (pool, big[i], got[i]);
+  if (ok)
+    buffer_pool_put (pool, small, got_small);
+  ok = ok && CHECK (buffer_pool_idle_bytes (pool) == 3 * MiB + 256 * KiB);
+  /* A spare taken since the pool was made: nothing is trimmed. */
+  again = buffer_pool_get (pool, MiB, &got_again);
+  ok = ok && CHECK (again == big[2]);
+  if (ok) {
+    buffer_pool_put (pool, again, got_again);
+    more_after_take = buffer_pool_trim (pool, MiB);
+    ok = CHECK (more_after_take)
+      && CHECK (buffer_pool_idle_bytes (pool) == 3 * MiB + 256 * KiB);
+  }
+  if (ok) {
+    more_after_trim = buffer_pool_trim (pool, MiB);
+    ok = CHECK (!more_after_trim)
+      && CHECK (buffer_pool_idle_bytes (pool) == 256 * KiB)
+      && CHECK (is_mapped (small, 256 * KiB));
+    for (int i = 0; ok && i < 3; i++)
+      ok = CHECK (!is_mapped (big[i], MiB));
+  }
+  buffer_pool_free (pool);
+  tap_ok (ok, "trim to 1 MiB: nothing while spares are taken; then the"
+          " three 1 MiB spares go, the 256 KiB one stays");
+}
+
 int
 main (void)
 {
-  tap_plan (4);
+  tap_plan (5);
   test_reuse ();
   test_idle_limit ();
   test_spare_count_limit ();
   test_beyond_largest_class ();
+  test_trim ();
   return tap_done ();
 }
