@@ -141,9 +141,16 @@ flush_start_locked (struct queue *q)
  * wakes it by its own semaphore, so the woken request goes straight to
  * its reply: a group commit of a dozen FUA writes would otherwise wake
  * a dozen threads to queue up on q->lock one after the other.
+ *
+ * The flush's thread wakes only the first sleeper of the group; that
+ * one wakes the rest (wake_next) before it replies.  A post costs a
+ * system call, and the thread that ended the flush usually starts the
+ * next one: posting a dozen first would hold every write of the next
+ * flush back by as long.
  */
 struct flush_waiter {
   TAILQ_ENTRY (flush_waiter) link;
+  struct flush_waiter *wake_next; /* answered with it, woken by it */
   uint64_t ticket;
   struct session *session;
   uint64_t start_ns;            /* a FLUSH request's arrival, else 0 */
@@ -168,11 +175,13 @@ flush_answer (struct queue *q, struct session *s, uint64_t ticket,
   return err ? err : latched;
 }
 
-/* Step 4 for the sleepers whose epoch has ended. */
+/* Step 4 for the sleepers whose epoch has ended: each is answered, and
+ * the first woken, with the others chained behind it.
+ */
 static void
 answer_sleepers (struct queue *q)
 {
-  struct flush_waiter *w, *next;
+  struct flush_waiter *w, *next, *first = NULL, **tail = &first;
 
   queue_assert_locked (q);
   for (w = TAILQ_FIRST (&q->flush.sleepers); w != NULL; w = next) {
@@ -181,6 +190,26 @@ answer_sleepers (struct queue *q)
       continue;
     TAILQ_REMOVE (&q->flush.sleepers, w, link);
     w->err = flush_answer (q, w->session, w->ticket, w->start_ns);
+    w->wake_next = NULL;
+    *tail = w;
+    tail = &w->wake_next;
+  }
+  if (first)
+    sem_post (&first->answered);
+}
+
+/* Wakes the sleepers chained behind an answered one, each with no
+ * chain of its own.  Each may return as soon as it is posted, so its
+ * successor is read first.
+ */
+static void
+wake_chained (struct flush_waiter *next)
+{
+  while (next) {
+    struct flush_waiter *w = next;
+
+    next = w->wake_next;
+    w->wake_next = NULL;
     sem_post (&w->answered);
   }
 }
@@ -201,6 +230,7 @@ sleep_until_answered (struct queue *q, struct session *s, uint64_t ticket,
   TAILQ_INSERT_TAIL (&q->flush.sleepers, &w, link);
   lock_release (&q->lock);
   semaphore_wait (&w.answered);
+  wake_chained (w.wake_next);
   sem_destroy (&w.answered);
   return w.err;
 }
