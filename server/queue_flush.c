@@ -24,7 +24,9 @@
  *   4. ANSWER   every waiter whose ticket <= done_epoch is answered, by
  *               the thread that ended the flush: all FLUSHes and FUAs
  *               that registered before the backend flush started share
- *               it (group commit).
+ *               it (group commit).  That thread wakes the first sleeper
+ *               of the group and the first the rest, so the next flush
+ *               does not wait for a dozen wake-ups.
  *
  * A FUA write is queued like any write (cutting older pieces, so no
  * older write can land over it later), unplugs (sync trigger), and goes
