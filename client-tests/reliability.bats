@@ -668,10 +668,12 @@ EOF
   skip_if_sanitized_memory
   make_file "$F" 512M
   # max-merge above queue-bytes, so that the queue fills (back-pressure)
-  # instead of unplugging at a merge's worth of bytes.
+  # instead of unplugging at a merge's worth of bytes; bypass=never, or
+  # the writes that do not continue a stream would go around a queue
+  # holding other bytes (queue_bypass.c) and it might never fill.
   start_plugq -t 1 -- unplug-delay=20s unplug-thresh=100000 write-expire=60s \
-    queue-bytes=8M max-merge=32M stats="$T/stats.json" stats-interval=20ms \
-    disk=f file="$F"
+    queue-bytes=8M max-merge=32M bypass=never stats="$T/stats.json" \
+    stats-interval=20ms disk=f file="$F"
   run pyrun "$(plugq_pid)" "$F" "$T/stats.json" <<'EOF'
 import json, sys, threading, time
 from relhelp import *
