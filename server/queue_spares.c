@@ -14,6 +14,7 @@
  *   ARM    a completed batch whose buffers left more than
  *          SPARE_BUFFERS_QUIET idle sets q->spares_look_ns, the next
  *          look, and wakes the dispatch thread so it sleeps until then.
+ *          A buffer a reader still held then counts at the next batch.
  *   LOOK   when it is due, the dispatch thread trims the pool, which
  *          gives back all but SPARE_BUFFERS_QUIET only when no spare was
  *          taken since its previous look (buffer_pool_trim).
