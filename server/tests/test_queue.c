@@ -366,6 +366,77 @@ test_group_commit (void)
           GROUP + 1, MODE);
 }
 
+#define ROUNDS 100
+
+struct flush_rounds_job {
+  struct test_backend *tb;
+  struct queue *q;
+  int c;                        /* this thread's byte */
+  unsigned early;               /* FLUSHes answered before their flush */
+};
+
+/* ROUNDS times: a write of its own, then a FLUSH, which must not be
+ * answered before a backend flush that started after it has ended.
+ */
+static int
+flush_rounds_run (void *arg)
+{
+  struct flush_rounds_job *j = arg;
+
+  for (unsigned i = 0; i < ROUNDS; i++) {
+    uint64_t before, after;
+
+    if (test_write_fill (j->q, NULL, j->c, 4 * KiB,
+                         (uint64_t) (j->c - 'a') * 4 * KiB, 0) != 0)
+      return -1;
+    before = test_backend_entered (j->tb, TB_FLUSH);
+    if (queue_flush (j->q, NULL) != 0)
+      return -1;
+    after = test_backend_count (j->tb, TB_FLUSH);
+    if (after < before + 1)
+      j->early++;
+  }
+  return 0;
+}
+
+/* Group commits one after another, each sleeper woken once: the thread
+ * that ends a flush wakes one sleeper, which wakes the rest, and a
+ * sleeper woken twice would answer its next FLUSH early.
+ */
+static void
+test_group_commit_rounds (void)
+{
+  struct queue_config cfg = test_config (HOUR, 1000);
+  struct test_rig r;
+  struct test_thread t[GROUP];
+  struct flush_rounds_job jobs[GROUP];
+  unsigned started = 0, early = 0;
+  bool ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
+
+  for (; ok && started < GROUP; started++) {
+    jobs[started] = (struct flush_rounds_job) {
+      r.d[0].tb, r.d[0].q, 'a' + (int) started, 0,
+    };
+    t[started] = (struct test_thread) TEST_THREAD_INIT;
+    ok = CHECK (test_thread_start (&t[started], flush_rounds_run,
+                                   &jobs[started]) == 0);
+  }
+  for (unsigned i = 0; i < started; i++) {
+    ok &= CHECK (test_thread_wait (&t[i]) && t[i].result == 0);
+    early += jobs[i].early;
+  }
+  ok = ok && CHECK (early == 0);
+  for (unsigned i = 0; ok && i < started; i++)
+    ok = CHECK (test_backend_holds (r.d[0].tb, 'a' + (int) i, 4 * KiB,
+                                    i * 4 * KiB));
+  for (unsigned i = 0; i < started; i++)
+    test_thread_join (&t[i]);
+  test_rig_stop (&r);
+  tap_ok (ok, "group commit: %d threads x %d FLUSHes, none answered before"
+          " a backend flush that began after it (%u early)%s",
+          GROUP, ROUNDS, early, MODE);
+}
+
 #define CHUNK (16 * KiB)
 /* More than the queue's room (4 chunks) and what the backend can hold
  * at once: 4 batches in flight (async) or 2 writers (sync), each of up
@@ -2211,6 +2282,7 @@ static void (*const every_mode[]) (void) = {
   test_fua,
   test_flush,
   test_group_commit,
+  test_group_commit_rounds,
   test_full_queue,
   test_queue_requests,
   test_flush_covers_superseding_write,
