@@ -39,14 +39,9 @@ batch_limit (const struct queue *q)
 bool
 in_flight_between (struct queue *q, uint64_t start, uint64_t end)
 {
-  struct piece *f;
-
   queue_assert_locked (q);
-  if (!RB_EMPTY (&q->in_flight)
-      && (f = first_reaching (&q->in_flight, start)) != NULL
-      && f->offset < end)
-    return true;
-  return bypass_overlaps (q, start, end);
+  return pieces_between (&q->in_flight, start, end)
+    || bypass_overlaps (q, start, end);
 }
 
 /* A piece may not go out while an older piece over the same bytes is

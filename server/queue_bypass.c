@@ -14,7 +14,7 @@
  *   - the disk has bypass=auto (the default) and a backend that writes
  *     to memory, synchronously, at any alignment (q->bypass);
  *   - no piece queued or in flight through the queue holds any of its
- *     bytes (queued_between, in_flight_between): pieces elsewhere may
+ *     bytes (pieces_between, in_flight_between): pieces elsewhere may
  *     stay queued, as the order writes to distinct bytes reach memory in
  *     does not matter;
  *   - a dispatch token is free and, unless it is FUA, no FLUSH waits to
@@ -59,19 +59,6 @@
 
 #include "queue_internal.h"
 
-/* Under the lock: whether a queued piece has bytes in [start, end). */
-static bool
-queued_between (struct queue *q, uint64_t start, uint64_t end)
-{
-  struct piece *p;
-
-  queue_assert_locked (q);
-  if (RB_EMPTY (&q->by_offset))
-    return false;               /* the common case: one load */
-  p = first_reaching (&q->by_offset, start);
-  return p && p->offset < end;
-}
-
 /* Under the lock: whether [start, end) touches a write going around the
  * queue.
  */
@@ -109,7 +96,7 @@ bypass_allowed (struct queue *q, uint64_t count, uint64_t offset,
 {
   queue_assert_locked (q);
   return may_go_around (q, count, offset)
-    && !queued_between (q, offset, offset + count)
+    && !pieces_between (&q->by_offset, offset, offset + count)
     && take_bypass_token (q, (flags & REQ_FUA) != 0);
 }
 

@@ -279,6 +279,20 @@ void queue_unlink (struct queue *, struct piece *);
 void piece_grow (struct queue *, struct piece *, uint32_t count);
 void piece_written (struct queue *, struct piece *, bool durable);
 struct piece *first_reaching (struct piece_tree *, uint64_t offset);
+
+/* Whether a piece of the tree has bytes in [start, end).  Inline: on
+ * the way around the queue both trees are usually empty, one load each.
+ */
+static inline bool
+pieces_between (struct piece_tree *tree, uint64_t start, uint64_t end)
+{
+  struct piece *p;
+
+  if (RB_EMPTY (tree))
+    return false;
+  p = first_reaching (tree, start);
+  return p && p->offset < end;
+}
 /* What cut_overlaps cut: any queued piece, one a pending FLUSH covers. */
 #define CUT_ANY 1
 #define CUT_COVERED 2
