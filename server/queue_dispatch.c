@@ -370,24 +370,21 @@ run_queue_until_flushed (struct queue *q, uint64_t ticket)
 /* ------------------------------------------------------------ the thread */
 
 /* Until woken, until a retry is due, or until the next look at the
- * spare buffers (not at all when that look came due meanwhile).  A
- * retry already due waits for the token's holder, whose release wakes
- * this thread.  Drops q->lock while it sleeps.
+ * spare buffers (at once if that came due meanwhile).  A retry already
+ * due waits for the token's holder, whose release wakes this thread.
+ * Drops q->lock.
  */
 static void
 dispatcher_sleep (struct queue *q)
 {
-  uint64_t until = next_retry_ns (q);
+  uint64_t retry = next_retry_ns (q);
 
-  if (q->spares_look_ns && q->spares_look_ns < until) {
-    if (spares_look_due (q))
-      return;
-    until = q->spares_look_ns;
-  }
-  if (until == UINT64_MAX || until <= monotonic_ns ())
+  if (q->spares_look_ns && q->spares_look_ns < retry)
+    lock_wait_until (&q->dispatch_wake, &q->lock, q->spares_look_ns);
+  else if (retry == UINT64_MAX || retry <= monotonic_ns ())
     lock_wait (&q->dispatch_wake, &q->lock);
   else
-    lock_wait_until (&q->dispatch_wake, &q->lock, until);
+    lock_wait_until (&q->dispatch_wake, &q->lock, retry);
 }
 
 static void *
