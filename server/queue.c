@@ -546,6 +546,25 @@ submit_append (struct queue *q, struct session *s, const void *buf,
   return appended ? 0 : APPEND_DECLINED;
 }
 
+/* Without the lock, a hint: whether the write may go around the queue
+ * (bypass_write decides under the lock).  A write may go around pieces
+ * queued or in flight elsewhere (not over them); on a queue holding
+ * pieces, a write continuing a stream takes the queue without asking.
+ * q->bypass is a synchronous backend's rule, bypass_waiting and
+ * bypass_large an asynchronous one's: at most one side applies.
+ */
+static inline bool
+worth_asking_to_go_around (const struct queue *q, uint32_t count,
+                           uint64_t offset, unsigned flags)
+{
+  if (q->bypass)
+    return atomic_load_explicit (&q->pieces_present,
+                                 memory_order_relaxed) == 0
+      || !continues_recent_write (q, offset);
+  return !(flags & REQ_FUA)
+    && (q->bypass_waiting || (q->bypass_large && count >= q->merge_limit));
+}
+
 int
 queue_pwrite (struct queue *q, struct session *s, const void *buf,
               uint32_t count, uint64_t offset, unsigned flags)
@@ -557,17 +576,7 @@ queue_pwrite (struct queue *q, struct session *s, const void *buf,
     return -1;
   if (count == 0)
     return 0;
-  /* Only a hint without the lock: bypass_write decides under it.  A
-   * write may go around pieces queued or in flight elsewhere (not over
-   * them); on a queue holding pieces, a write continuing a stream takes
-   * the queue without asking.
-   */
-  if ((q->bypass && (atomic_load_explicit (&q->pieces_present,
-                                           memory_order_relaxed) == 0
-                     || !continues_recent_write (q, offset)))
-      || (!(flags & REQ_FUA)
-          && (q->bypass_waiting
-              || (q->bypass_large && count >= q->merge_limit)))) {
+  if (worth_asking_to_go_around (q, count, offset, flags)) {
     int answer = bypass_write (q, s, buf, count, offset, flags);
 
     if (answer != BYPASS_DECLINED)
