@@ -29,16 +29,24 @@ double test_now_s (void);
 /* Sleeps one polling step (1 ms). */
 void test_poll_step (void);
 
-/* Polls cond every millisecond for at most TB_TIMEOUT_MS; its value. */
-#define TEST_WAIT_FOR(cond) \
+/* Polls cond every millisecond for at most ms milliseconds; its value. */
+#define TEST_POLL_FOR(cond, ms) \
   ({ \
     bool ok_ = (cond); \
-    for (unsigned i_ = 0; !ok_ && i_ < TB_TIMEOUT_MS; i_++) { \
+    for (unsigned i_ = 0; !ok_ && i_ < (ms); i_++) { \
       test_poll_step (); \
       ok_ = (cond); \
     } \
     ok_; \
   })
+
+/* For what must happen: polls for at most TB_TIMEOUT_MS. */
+#define TEST_WAIT_FOR(cond) TEST_POLL_FOR (cond, TB_TIMEOUT_MS)
+
+/* For what must NOT happen: polls for about 200 ms.  The engine acts at
+ * once when allowed, so a short window shows it held back.
+ */
+#define TEST_SOON(cond) TEST_POLL_FOR (cond, 200)
 
 /* ------------------------------------------------------------ threads */
 

@@ -2044,25 +2044,6 @@ test_slow_disk_isolation (void)
 
 /* ------------------------------------------------------------ async */
 
-/* With several operations in flight, a piece never goes out while an
- * older one over the same bytes is still on its way (they could land in
- * either order), but pieces elsewhere do not wait for it.
- */
-/* True if the backend sees n calls of op within about 200 ms.  Used only
- * where a call must NOT come: the dispatcher acts at once when allowed,
- * so a short window shows it held back.
- */
-static bool
-arrives_soon (struct test_backend *tb, enum tb_op op, uint64_t n)
-{
-  for (int i = 0; i < 200; i++) {
-    if (test_backend_entered (tb, op) >= n)
-      return true;
-    test_poll_step ();
-  }
-  return false;
-}
-
 /* A FLUSH on an asynchronous backend must not wait behind batches newer
  * than itself: while it waits, only what it covers goes out.
  */
@@ -2093,7 +2074,7 @@ test_async_flush_not_overtaken (void)
   ok = ok && CHECK (test_write_fill (q, NULL, 'N', 4 * KiB, MiB, 0) == 0);
   if (ok)
     unplug_now (q, UNPLUG_TIMER);
-  ok = ok && CHECK (!arrives_soon (tb, TB_PWRITEV, 2));
+  ok = ok && CHECK (!TEST_SOON (test_backend_entered (tb, TB_PWRITEV) >= 2));
   test_backend_release (tb, TB_PWRITEV);
   ok = ok && CHECK (queue_flush_wait (q, NULL, ticket) == 0);
   ok = ok && CHECK (queue_flush (q, NULL) == 0);
@@ -2113,6 +2094,10 @@ test_async_flush_not_overtaken (void)
   tap_ok (ok, "async: a FLUSH goes before batches newer than itself");
 }
 
+/* With several operations in flight, a piece never goes out while an
+ * older one over the same bytes is still on its way (they could land in
+ * either order), but pieces elsewhere do not wait for it.
+ */
 static void
 test_async_overlap (void)
 {
