@@ -254,39 +254,6 @@ behind_busy_stream (struct queue *q, const struct piece *p)
 
 /* ------------------------------------------------------------ submitting */
 
-/* queue-requests is the kernel's nr_requests: every queued piece costs
- * lookups for every arrival and dispatch, and zeroes and trims hold no
- * data for queue-bytes to count.
- */
-static bool
-queue_full (const struct queue *q, uint64_t bytes)
-{
-  queue_assert_locked (q);
-  return q->nr_queued >= q->cfg.queue_requests
-    || (q->queued_bytes > 0 && q->queued_bytes + bytes > q->cfg.queue_bytes);
-}
-
-/* Back-pressure: the writer waits, queued data is never dropped.  Drops
- * q->lock while it waits (wait_or_work).  Only called on a full queue.
- */
-static void __attribute__ ((noinline))
-wait_for_space_slow (struct queue *q, uint64_t bytes)
-{
-  bool counted = false;
-
-  queue_assert_locked (q);
-  while (queue_full (q, bytes)) {
-    if (!counted) {
-      q->stats.full_waits++;
-      counted = true;
-    }
-    queue_unplug_locked (q, UNPLUG_FULL);
-    q->full_waiters++;
-    wait_or_work (q, &q->space);
-    q->full_waiters--;
-  }
-}
-
 /* Inline: every write looks, and the queue is rarely full. */
 static inline void
 wait_for_space (struct queue *q, uint64_t bytes)
@@ -294,19 +261,6 @@ wait_for_space (struct queue *q, uint64_t bytes)
   queue_assert_locked (q);
   if (__builtin_expect (queue_full (q, bytes), 0))
     wait_for_space_slow (q, bytes);
-}
-
-/* After a request took its room: completions wake one writer waiting
- * for room each, so one more may look if room is left over.  Before the
- * request has taken its own room, the room it saw would wake a writer
- * that finds the queue full again.
- */
-static void
-pass_on_room (struct queue *q)
-{
-  queue_assert_locked (q);
-  if (q->full_waiters > 0 && !queue_full (q, 0))
-    pthread_cond_signal (&q->space);
 }
 
 /* Whether a request's range is one this disk serves: 0, or -1 with
@@ -473,7 +427,7 @@ submit (struct queue *q, struct session *s, const struct piece *r,
   lock_acquire (&q->lock);
   wait_for_space (q, r->kind == OP_WRITE ? r->length : 0);
   p = insert_piece (q, s, r, flags, wait ? &done : NULL, &unplugged);
-  pass_on_room (q);
+  room_pass_on (q);
   if (p == NULL) {
     lock_release (&q->lock);
     data_buffer_put (r->buf);
@@ -539,7 +493,7 @@ submit_append (struct queue *q, struct session *s, const void *buf,
   lock_acquire (&q->lock);
   wait_for_space (q, count);
   appended = append_to_stream (q, s, buf, count, offset);
-  pass_on_room (q);
+  room_pass_on (q);
   if (appended)
     help_after_queueing (q, after_insert (q, false));
   lock_release (&q->lock);

@@ -29,17 +29,6 @@
 
 /* ------------------------------------------------------------ issuing */
 
-/* After batches completed: one writer waiting for room may look again
- * (it passes on what room is left, pass_on_room).
- */
-static void
-wake_full_waiter (struct queue *q)
-{
-  queue_assert_locked (q);
-  if (q->full_waiters > 0)
-    pthread_cond_signal (&q->space);
-}
-
 static bool dispatcher_needed (const struct queue *);
 
 /* Backend thread, or inside batch_submit: an asynchronous operation
@@ -60,13 +49,13 @@ batch_done (struct backend_io *io, int err)
   struct batch *b = (struct batch *) ((char *) io
                                       - offsetof (struct batch, io));
   struct queue *q = b->q;
-  bool kick, room_wanted;
+  bool kick, room_wanted, wake_writer;
 
   b->finished_ns = monotonic_ns ();
   lock_acquire (&q->lock);
   batch_complete (q, b, err);
   /* The freed slot is taken by a writer waiting for room, which writes
-   * the queue out before it looks for room (wait_or_work), or by a
+   * the queue out before it looks for room (queue_room.c), or by a
    * holder, which looks again before it lets go (release_token).  The
    * dispatch thread is woken only when neither will, or for a flush or
    * a retry, which a woken writer that finds room after all would leave;
@@ -76,8 +65,9 @@ batch_done (struct backend_io *io, int err)
   room_wanted = q->full_waiters > 0 && !q->stopping;
   kick = q->holders == 0 && dispatcher_needed (q)
     && (!room_wanted || q->flush.wanted || q->retrying != NULL);
+  wake_writer = room_wake_for_slot (q);
   lock_release (&q->lock);
-  if (room_wanted)
+  if (wake_writer)
     pthread_cond_signal (&q->space);
   if (kick)
     pthread_cond_signal (&q->dispatch_wake);
@@ -172,7 +162,7 @@ dispatch_round (struct queue *q, struct batch *first, unsigned limit)
   lock_acquire (&q->lock);
   for (unsigned i = 0; i < n; i++)
     batch_complete (q, round[i], err[i]);
-  wake_full_waiter (q);
+  room_pass_on (q);
 }
 
 /* b and up to round - 1 more, by the backend's kind.  Drops q->lock. */
@@ -309,6 +299,7 @@ release_token (struct queue *q)
   queue_assert_locked (q);
   if (--q->holders > 0)
     return;
+  room_pass_on (q);             /* what its batches left the queue */
   if (q->state == QUEUE_RUNNING && should_replug (q))
     queue_plug (q);
   else if (dispatcher_needed (q))
@@ -342,17 +333,6 @@ bool
 run_queue_here (struct queue *q, int steps, unsigned round)
 {
   return run_steps (q, steps, round, UINT64_MAX);
-}
-
-/* A request thread that must wait helps first, as long as it can, then
- * sleeps until `until` is signalled.  Drops q->lock either way.
- */
-void
-wait_or_work (struct queue *q, pthread_cond_t *until)
-{
-  queue_assert_locked (q);
-  if (!run_queue_here (q, STEPS_HERE, SYNC_ROUND))
-    lock_wait (until, &q->lock);
 }
 
 /* run_queue_here for a request waiting for flush epoch ticket: it helps
@@ -400,6 +380,7 @@ dispatch_thread (void *arg)
       q->holders++;
       worked = dispatch_step (q, SYNC_ROUND);
       q->holders--;
+      room_pass_on (q);
       if (worked)
         continue;
       if (q->nr_queued == 0 && q->nr_batches == 0 && q->stopping)

@@ -13,10 +13,13 @@
  *                    reads through an aligned bounce buffer
  *   queue_dispatch.c who writes the queue out: rounds, dispatch tokens,
  *                    the dispatch thread
+ *   queue_room.c     back-pressure: room in the queue, the writers
+ *                    waiting for it, and who wakes them
  *   queue_bypass.c   writes that go around the queue: on a backend that
  *                    writes to memory, one nothing can merge with
  *   queue_stream.c   sequential streams: telling them, and appending
  *                    their writes to the newest queued piece
+ *   queue_spares.c   giving back the spare buffers of a disk gone quiet
  *
  * Locking: every field below is protected by q->lock unless it says
  * otherwise.  A helper that needs the lock starts with
@@ -195,7 +198,10 @@ struct queue {
   enum plug_state state;
   unsigned holders;             /* dispatch tokens held */
   uint64_t unplug_seq;          /* an unplug sends out everything up to here */
-  uint32_t full_waiters;
+  uint32_t full_waiters;         /* writers waiting for room */
+  uint32_t space_sleepers;      /* of those, asleep on space */
+  uint32_t space_wakes;         /* of those, woken and not yet up */
+  uint64_t space_sleeps;        /* times a writer slept for room */
   uint32_t dispatched_waiters;  /* ack=dispatched writers not yet answered:
                                  * each counts itself, and whoever wakes
                                  * a sleeping one uncounts it */
@@ -444,7 +450,6 @@ bool take_bypass_token (struct queue *, bool fua);
 void release_token (struct queue *);
 bool run_queue_here (struct queue *, int steps, unsigned round);
 bool run_queue_until_flushed (struct queue *, uint64_t ticket);
-void wait_or_work (struct queue *, pthread_cond_t *until);
 int dispatch_thread_start (struct queue *);
 
 /* queue_bypass.c */
@@ -459,6 +464,43 @@ int dispatch_thread_start (struct queue *);
 int bypass_write (struct queue *, struct session *, const void *buf,
                   uint32_t count, uint64_t offset, unsigned flags);
 bool bypass_overlaps (const struct queue *, uint64_t start, uint64_t end);
+
+/* queue_room.c */
+
+/* queue-requests is the kernel's nr_requests: every queued piece costs
+ * lookups for every arrival and dispatch, and zeroes and trims hold no
+ * data for queue-bytes to count.  A writer woken for room and not yet
+ * up holds a piece's room (space_wakes), so that a writer arriving
+ * meanwhile does not take it and send the woken one back to sleep.
+ */
+static inline bool
+queue_full (const struct queue *q, uint64_t bytes)
+{
+  queue_assert_locked (q);
+  return q->nr_queued + q->space_wakes >= q->cfg.queue_requests
+    || (q->queued_bytes > 0 && q->queued_bytes + bytes > q->cfg.queue_bytes);
+}
+
+/* Back-pressure on a full queue: the writer helps write it out, or
+ * sleeps until room is passed to it.  Drops q->lock meanwhile.
+ */
+void wait_for_space_slow (struct queue *, uint64_t bytes);
+/* A completion freed a backend slot: whether to wake a writer waiting
+ * for room to use it (signalled once the caller drops q->lock).
+ */
+bool room_wake_for_slot (struct queue *);
+void room_pass_on_slow (struct queue *);
+
+/* Wakes a writer asleep for room if some is left that nobody awake, or
+ * already woken, will take.  Inline: a sleeper to wake is rare.
+ */
+static inline void
+room_pass_on (struct queue *q)
+{
+  queue_assert_locked (q);
+  if (__builtin_expect (q->space_sleepers > q->space_wakes, 0))
+    room_pass_on_slow (q);
+}
 
 /* queue_spares.c */
 
