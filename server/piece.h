@@ -34,6 +34,8 @@ struct completion {
                                  * superseded: only a backend flush makes
                                  * the request durable */
   bool sleeping;                /* on `written`, q->lock dropped */
+  struct completion *wake_next; /* answered, to be posted once q->lock is
+                                 * dropped (waiters_wake) */
   sem_t written;
 };
 

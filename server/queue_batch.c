@@ -372,7 +372,8 @@ next_retry_ns (const struct queue *q)
 /* One piece of a completed batch: counted, its waiter told, freed. */
 static void
 piece_complete (struct queue *q, const struct batch *b, struct piece *p,
-                int err, uint64_t now, bool *latched)
+                int err, uint64_t now, bool *latched,
+                struct completion **wake_later)
 {
   struct op_counters *c = &q->stats.op[p->kind];
 
@@ -389,7 +390,7 @@ piece_complete (struct queue *q, const struct batch *b, struct piece *p,
                q->name, strerror (err));
     *latched = true;
   }
-  piece_written (q, p, b->fua && err == 0);
+  piece_written (q, p, b->fua && err == 0, wake_later);
   piece_release (q, p);
 }
 
@@ -411,11 +412,14 @@ count_backend_op (struct queue *q, enum op_kind kind, uint64_t bytes,
     c->errors++;
 }
 
-/* The batch is on the backend (or failed).  The caller wakes the
- * waiters, once for however many batches it completed.
+/* The batch is on the backend (or failed).  Its waiters that are
+ * answered go on wake_later, for the caller to post once it has dropped
+ * q->lock (waiters_wake); the caller also passes on the room and slots
+ * it left, once for however many batches it completed.
  */
 void
-batch_complete (struct queue *q, struct batch *b, int err)
+batch_complete (struct queue *q, struct batch *b, int err,
+                struct completion **wake_later)
 {
   uint64_t now = b->finished_ns;
   struct piece *p;
@@ -431,7 +435,7 @@ batch_complete (struct queue *q, struct batch *b, int err)
     TAILQ_REMOVE (&b->pieces, p, batch);
     if (p->waiter && b->requests > 1)
       q->stats.waiting_merged++;
-    piece_complete (q, b, p, err, now, &latched);
+    piece_complete (q, b, p, err, now, &latched, wake_later);
   }
   q->nr_batches--;
   q->batches_done++;            /* frees the pieces held behind it */

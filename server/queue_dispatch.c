@@ -34,14 +34,16 @@ static bool dispatcher_needed (const struct queue *);
 /* Backend thread, or inside batch_submit: an asynchronous operation
  * finished.  Takes q->lock.
  *
- * The writer waiting for room and the dispatch thread are signalled
- * once the lock is dropped: woken while it is held, each would only
- * wake to sleep on the lock (glibc's condition variables do not move a
- * waiter to the mutex), two more futex calls and a context switch for
- * every completion.  No wake-up is lost: a waiter checks under the lock
- * and is already waiting, or checks after this completion.  The queue
- * outlives the call: queue_free closes the backend, which waits for its
- * completions, before it frees the queue.
+ * The writers waiting for their writes, the one waiting for room and
+ * the dispatch thread are woken once the lock is dropped.  Woken while
+ * it is held, a waiter on a condition variable would only wake to sleep
+ * on the lock (glibc does not move it to the mutex), two more futex
+ * calls and a context switch for every completion; and each post is a
+ * system call that writers arriving meanwhile would wait out.  No
+ * wake-up is lost: a waiter checks under the lock and is already
+ * waiting, or checks after this completion.  The queue outlives the
+ * call: queue_free closes the backend, which waits for its completions,
+ * before it frees the queue.
  */
 static void
 batch_done (struct backend_io *io, int err)
@@ -49,11 +51,12 @@ batch_done (struct backend_io *io, int err)
   struct batch *b = (struct batch *) ((char *) io
                                       - offsetof (struct batch, io));
   struct queue *q = b->q;
+  struct completion *answered = NULL;
   bool kick, room_wanted, wake_writer;
 
   b->finished_ns = monotonic_ns ();
   lock_acquire (&q->lock);
-  batch_complete (q, b, err);
+  batch_complete (q, b, err, &answered);
   /* The freed slot is taken by a writer waiting for room, which writes
    * the queue out before it looks for room (queue_room.c), or by a
    * holder, which looks again before it lets go (release_token).  The
@@ -67,6 +70,7 @@ batch_done (struct backend_io *io, int err)
     && (!room_wanted || q->flush.wanted || q->retrying != NULL);
   wake_writer = room_wake_for_slot (q);
   lock_release (&q->lock);
+  waiters_wake (answered);
   if (wake_writer)
     pthread_cond_signal (&q->space);
   if (kick)
@@ -143,12 +147,14 @@ round_write (struct backend *be, struct batch **round, int *err, unsigned n)
 /* A synchronous backend: every batch the elevator will give (up to
  * limit, at most SYNC_ROUND) is taken under one hold of the lock and
  * written in one go without it, so one-piece batches of random writes
- * do not make the lock the limit.  Drops q->lock while writing.
+ * do not make the lock the limit.  Drops q->lock while writing, and
+ * again to wake the waiters it answered.
  */
 static void
 dispatch_round (struct queue *q, struct batch *first, unsigned limit)
 {
   struct batch *round[SYNC_ROUND], *b;
+  struct completion *answered = NULL;
   int err[SYNC_ROUND];
   unsigned n = 0;
 
@@ -161,8 +167,13 @@ dispatch_round (struct queue *q, struct batch *first, unsigned limit)
   round_write (q->backend, round, err, n);
   lock_acquire (&q->lock);
   for (unsigned i = 0; i < n; i++)
-    batch_complete (q, round[i], err[i]);
+    batch_complete (q, round[i], err[i], &answered);
   room_pass_on (q);
+  if (answered) {               /* posted without the lock (piece_written) */
+    lock_release (&q->lock);
+    waiters_wake (answered);
+    lock_acquire (&q->lock);
+  }
 }
 
 /* b and up to round - 1 more, by the backend's kind.  Drops q->lock. */

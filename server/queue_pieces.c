@@ -144,11 +144,15 @@ piece_grow (struct queue *q, struct piece *p, uint32_t count)
 
 /* p is on the backend (durable there when it went out with FUA) or
  * superseded: its waiter, if any, has one piece less to wait for.  A
- * waiter asleep on its last piece is posted and stops counting as a
+ * waiter asleep on its last piece is answered and stops counting as a
  * dispatched waiter here, as it will not take the lock again for that.
+ * It is posted now, or, with wake_later, put on that list for the
+ * caller to post once it has dropped q->lock (waiters_wake): a post is
+ * a system call, and every writer arriving meanwhile would wait for it.
  */
 void
-piece_written (struct queue *q, struct piece *p, bool durable)
+piece_written (struct queue *q, struct piece *p, bool durable,
+               struct completion **wake_later)
 {
   struct completion *w = p->waiter;
 
@@ -160,7 +164,26 @@ piece_written (struct queue *q, struct piece *p, bool durable)
   if (--w->pending > 0 || !w->sleeping)
     return;
   q->dispatched_waiters--;
-  sem_post (&w->written);
+  if (wake_later) {
+    w->wake_next = *wake_later;
+    *wake_later = w;
+  }
+  else
+    sem_post (&w->written);
+}
+
+/* Unlocked: posts the waiters piece_written put on the list.  Each may
+ * return, and its completion go, as soon as it is posted.
+ */
+void
+waiters_wake (struct completion *list)
+{
+  while (list) {
+    struct completion *w = list;
+
+    list = w->wake_next;
+    sem_post (&w->written);
+  }
 }
 
 /* A piece that will never reach the backend because a newer request
@@ -173,7 +196,7 @@ piece_superseded (struct queue *q, struct piece *p)
   queue_assert_locked (q);
   queue_unlink (q, p);
   piece_gone (q, p);
-  piece_written (q, p, false);
+  piece_written (q, p, false, NULL);
   piece_release (q, p);
 }
 
