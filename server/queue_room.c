@@ -25,8 +25,8 @@
  *      waits as well, and may write the queue out itself (1).
  *
  * Every wake-up of a sleeper that then finds no room is a context
- * switch for nothing; with a backend slower than its clients (a remote
- * disk) every write waits here, and each of those used to cost three.
+ * switch for nothing, and with a backend slower than its clients (a
+ * remote disk) nearly every write waits here.
  */
 #include <config.h>
 
