@@ -19,6 +19,7 @@
  */
 #include <config.h>
 
+#include <assert.h>
 #include <errno.h>
 #include <limits.h>
 #include <stddef.h>
@@ -315,6 +316,22 @@ release_token (struct queue *q)
     queue_plug (q);
   else if (dispatcher_needed (q))
     pthread_cond_signal (&q->dispatch_wake);
+}
+
+/* A holder that goes on, without dropping q->lock, to wait for a flush
+ * (flush_wait_and_unlock) gives its token back without release_token's
+ * look: the wait takes a token at once and writes the queue out, which
+ * is that look, and ends with release_token.  A token still held by
+ * another holder is looked after by that one.  So a FUA write around the
+ * queue does not wake the dispatch thread for the flush it is about to
+ * run itself.
+ */
+void
+hand_token_to_flush (struct queue *q)
+{
+  queue_assert_locked (q);
+  assert (q->holders > 0);
+  q->holders--;
 }
 
 /* With a token, if one is free: steps of `round` batches, at most

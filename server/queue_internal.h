@@ -451,6 +451,7 @@ read_backend (struct queue *q, void *buf, uint32_t count, uint64_t offset)
 void queue_kick_dispatcher (struct queue *);
 bool take_bypass_token (struct queue *, bool fua);
 void release_token (struct queue *);
+void hand_token_to_flush (struct queue *);
 bool run_queue_here (struct queue *, int steps, unsigned round);
 bool run_queue_until_flushed (struct queue *, uint64_t ticket);
 int dispatch_thread_start (struct queue *);
