@@ -364,7 +364,7 @@ wait_written_and_unlock (struct queue *q, struct completion *done, bool held)
   queue_assert_locked (q);
   q->dispatched_waiters++;
   if (!held)
-    while (done->pending > 0 && run_queue_here (q, STEPS_HERE, SYNC_ROUND))
+    while (done->pending > 0 && run_queue_until_written (q, done))
       ;
   return sleep_until_written (q, done);
 }

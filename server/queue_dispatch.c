@@ -335,11 +335,13 @@ hand_token_to_flush (struct queue *q)
 }
 
 /* With a token, if one is free: steps of `round` batches, at most
- * `steps`, while flush epoch `until` has not ended.  True when this
- * thread did some of the work.  May drop q->lock (dispatch_step).
+ * `steps`, while flush epoch `until` has not ended and, with `written`,
+ * while that request still has pieces to write.  True when this thread
+ * did some of the work.  May drop q->lock (dispatch_step).
  */
 static bool
-run_steps (struct queue *q, int steps, unsigned round, uint64_t until)
+run_steps (struct queue *q, int steps, unsigned round, uint64_t until,
+           const struct completion *written)
 {
   bool worked = false;
 
@@ -347,6 +349,7 @@ run_steps (struct queue *q, int steps, unsigned round, uint64_t until)
   if (!take_token (q))
     return false;
   for (int i = 0; i < steps && q->flush.done_epoch < until
+         && (written == NULL || written->pending > 0)
          && dispatch_step (q, round); i++)
     worked = true;
   release_token (q);
@@ -360,7 +363,18 @@ run_steps (struct queue *q, int steps, unsigned round, uint64_t until)
 bool
 run_queue_here (struct queue *q, int steps, unsigned round)
 {
-  return run_steps (q, steps, round, UINT64_MAX);
+  return run_steps (q, steps, round, UINT64_MAX, NULL);
+}
+
+/* run_queue_here for a request waiting for its own write: it helps
+ * until that is written and no longer, so its answer does not wait for
+ * the batches of others that arrived meanwhile.  True when it did some
+ * of the work.  May drop q->lock (dispatch_step).
+ */
+bool
+run_queue_until_written (struct queue *q, const struct completion *done)
+{
+  return run_steps (q, STEPS_HERE, SYNC_ROUND, UINT64_MAX, done);
 }
 
 /* run_queue_here for a request waiting for flush epoch ticket: it helps
@@ -372,7 +386,7 @@ run_queue_here (struct queue *q, int steps, unsigned round)
 bool
 run_queue_until_flushed (struct queue *q, uint64_t ticket)
 {
-  return run_steps (q, INT_MAX, SYNC_ROUND, ticket);
+  return run_steps (q, INT_MAX, SYNC_ROUND, ticket, NULL);
 }
 
 /* ------------------------------------------------------------ the thread */

@@ -454,6 +454,7 @@ void release_token (struct queue *);
 void hand_token_to_flush (struct queue *);
 bool run_queue_here (struct queue *, int steps, unsigned round);
 bool run_queue_until_flushed (struct queue *, uint64_t ticket);
+bool run_queue_until_written (struct queue *, const struct completion *);
 int dispatch_thread_start (struct queue *);
 
 /* queue_bypass.c */

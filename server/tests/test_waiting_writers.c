@@ -238,6 +238,50 @@ test_sync_token_merges (void)
           " while its token is busy and merge (%zu backend writes)", n);
 }
 
+/* The writer whose write was held at the gate is done once it lands:
+ * it answers then, and the batch queued behind it meanwhile is written
+ * by another thread (the dispatch thread or a writer of that batch), not
+ * by it on its way out.  Its client waited for one backend write, not
+ * two.
+ */
+static void
+test_waiter_stops_once_written (void)
+{
+  struct queue_config cfg = waiting_config (ACK_DISPATCHED);
+  struct test_write_job j[3];
+  struct test_thread t[3] = {
+    TEST_THREAD_INIT, TEST_THREAD_INIT, TEST_THREAD_INIT,
+  };
+  struct tb_call calls[MAX_CALLS];
+  struct test_rig r;
+  size_t n = 0;
+  bool ok = CHECK (rig_start (&r, &cfg, 0, false));
+
+  for (int i = 0; i < 3; i++)
+    j[i] = (struct test_write_job) { r.d[0].q, 'a' + i, BLOCK, i * BLOCK, 0 };
+  if (ok)
+    test_backend_block (r.d[0].tb, TB_PWRITEV);
+  ok = ok && START_WRITE (&t[0], &j[0], ENTERED (r, 1));
+  for (int i = 1; ok && i < 3; i++)
+    ok = START_WRITE (&t[i], &j[i], test_stats (r.d[0].q).op[OP_WRITE].requests
+                      == (uint64_t) i + 1);
+  test_backend_release (r.d[0].tb, TB_PWRITEV);
+  for (int i = 0; i < 3; i++)
+    ok = ok && CHECK (test_thread_wait (&t[i])) && CHECK (t[i].result == 0);
+  if (ok) {
+    n = writes (&r.d[0], calls);
+    ok = CHECK (n == 2) && CHECK (calls[0].offset == 0)
+      && CHECK (pthread_equal (calls[0].thread, t[0].thread))
+      && CHECK (calls[1].count == 2 * BLOCK)
+      && CHECK (!pthread_equal (calls[1].thread, t[0].thread));
+  }
+  for (int i = 0; i < 3; i++)
+    test_thread_join (&t[i]);
+  test_rig_stop (&r);
+  tap_ok (ok, "a waiting writer that writes the queue out stops once its own"
+          " write is done (%zu backend writes)", n);
+}
+
 /* ------------------------------------------------------------ FUA */
 
 static size_t
@@ -786,6 +830,7 @@ main (void)
   test_depth_one_goes_at_once (ASYNC_IN_FLIGHT);
   test_async_stream_merges ();
   test_sync_token_merges ();
+  test_waiter_stops_once_written ();
   test_fua_rides_on_writes ();
   test_superseded_fua_flushes ();
   test_flush_waits_for_superseding_waiter (0);
