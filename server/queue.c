@@ -354,7 +354,7 @@ sleep_until_written (struct queue *q, struct completion *done)
  * request behind a busy stream (held, behind_busy_stream) only sleeps,
  * leaving its pieces to whoever completes the stream's write in flight
  * instead of sending them alone; any other helps write the queue out
- * while it can.  Counted as a dispatched waiter meanwhile, so the queue
+ * until its own pieces are written (run_queue_until_written).  Counted as a dispatched waiter meanwhile, so the queue
  * is not plugged again under it.  q->lock held on entry, released on
  * return.
  */

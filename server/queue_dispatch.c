@@ -5,13 +5,13 @@
  * max_writers, one while a flush waits or runs).  The request thread
  * whose arrival unplugged the queue runs it itself, as a kernel
  * submitter does at blk_finish_plug, and so does one that would
- * otherwise sleep (FUA, FLUSH, ack=dispatched, a full queue); a write
- * that joins a queue already running writes out a few batches
- * (HELP_ROUND) if a token is free, so every arrival pays for about its
- * own share.  The disk's dispatch thread does what no request thread is
- * there for: the unplug timer, a volume's flush, a backlog, retries.
- * An asynchronous backend's submissions all come from the dispatch
- * thread, and the backend's own thread completes them.
+ * otherwise sleep (FUA, FLUSH, ack=dispatched, a full queue), until what
+ * it waits for is done; a write that joins a queue already running
+ * writes out a few batches (HELP_ROUND) if a token is free, so every
+ * arrival pays for about its own share.  The disk's dispatch thread
+ * does what no request thread is there for: the unplug timer, a
+ * volume's flush, a backlog, retries.  On an asynchronous backend the
+ * same token holders submit, and the backend's own thread completes.
  *
  * Holders take batches under the lock and never one over bytes still in
  * flight, so nothing in flight can overlap a newer write; the lock is
