@@ -178,6 +178,7 @@ bypass_write (struct queue *q, struct session *s, const void *buf,
   bool async = backend_is_async (q->backend);
   uint64_t start_ns;
   unsigned slot;
+  bool fua_flush;
   int err;
 
   lock_acquire (&q->lock);
@@ -196,17 +197,17 @@ bypass_write (struct queue *q, struct session *s, const void *buf,
   lock_acquire (&q->lock);
   count_bypass (q, count, start_ns, err);
   release_slot (q, slot);
-  if (err == 0 && (flags & REQ_FUA)) {
-    if (!async)
-      hand_token_to_flush (q);
-    else if (q->nr_queued > 0)  /* a piece may have waited for its bytes */
+  fua_flush = err == 0 && (flags & REQ_FUA);
+  if (async) {
+    if (q->nr_queued > 0)       /* a piece may have waited for its bytes */
       queue_kick_dispatcher (q);
+  }
+  else if (fua_flush)
+    hand_token_to_flush (q);
+  else
+    release_token (q);
+  if (fua_flush)
     return queue_answer (flush_wait_and_unlock (q, s, flush_start_locked (q),
                                                 0));
-  }
-  if (!async)
-    release_token (q);
-  else if (q->nr_queued > 0)
-    queue_kick_dispatcher (q);
   return queue_release_answer (q, err);
 }
