@@ -354,9 +354,9 @@ sleep_until_written (struct queue *q, struct completion *done)
  * request behind a busy stream (held, behind_busy_stream) only sleeps,
  * leaving its pieces to whoever completes the stream's write in flight
  * instead of sending them alone; any other helps write the queue out
- * until its own pieces are written (run_queue_until_written).  Counted as a dispatched waiter meanwhile, so the queue
- * is not plugged again under it.  q->lock held on entry, released on
- * return.
+ * until its own pieces are written (run_queue_until_written).  Counted
+ * as a dispatched waiter meanwhile, so the queue is not plugged again
+ * under it.  q->lock held on entry, released on return.
  */
 static int
 wait_written_and_unlock (struct queue *q, struct completion *done, bool held)

@@ -198,10 +198,11 @@ struct queue {
   enum plug_state state;
   unsigned holders;             /* dispatch tokens held */
   uint64_t unplug_seq;          /* an unplug sends out everything up to here */
-  uint32_t full_waiters;         /* writers waiting for room */
+  uint32_t full_waiters;        /* writers waiting for room */
   uint32_t space_sleepers;      /* of those, asleep on space */
   uint32_t space_wakes;         /* of those, woken and not yet up */
-  uint64_t space_sleeps;        /* times a writer slept for room */
+  uint64_t space_sleeps;        /* times a writer slept for room (for
+                                 * the tests: not in the stats) */
   uint32_t dispatched_waiters;  /* ack=dispatched writers not yet answered:
                                  * each counts itself, and whoever wakes
                                  * a sleeping one uncounts it */
