@@ -195,6 +195,36 @@ test_async_stream_merges (void)
           PRIu64 " merged)", n, st.waits_behind_stream, st.waiting_merged);
 }
 
+#define BEHIND_MAX 5
+
+/* n waiting writes of one block each, back to back, on rig r's
+ * synchronous backend: the first is held at the gate while the others
+ * queue behind it, then the gate opens and every one is answered and
+ * joined.  t[i] keeps the thread each ran on.
+ */
+static bool
+writes_behind_held (struct test_rig *r, struct test_thread *t, int n)
+{
+  struct test_write_job j[BEHIND_MAX];
+  bool ok = true;
+
+  for (int i = 0; i < n; i++) {
+    j[i] = (struct test_write_job) { r->d[0].q, 'a' + i, BLOCK, i * BLOCK, 0 };
+    t[i] = (struct test_thread) TEST_THREAD_INIT;
+  }
+  test_backend_block (r->d[0].tb, TB_PWRITEV);
+  ok = START_WRITE (&t[0], &j[0], ENTERED (*r, 1));
+  for (int i = 1; ok && i < n; i++)
+    ok = START_WRITE (&t[i], &j[i], test_stats (r->d[0].q).op[OP_WRITE].requests
+                      == (uint64_t) i + 1);
+  test_backend_release (r->d[0].tb, TB_PWRITEV);
+  for (int i = 0; i < n; i++)
+    ok = ok && CHECK (test_thread_wait (&t[i])) && CHECK (t[i].result == 0);
+  for (int i = 0; i < n; i++)
+    test_thread_join (&t[i]);
+  return ok;
+}
+
 /* A synchronous backend with one dispatch token: while its holder is in
  * the backend, the waiting writes behind it queue up and go out as one.
  */
@@ -202,37 +232,20 @@ static void
 test_sync_token_merges (void)
 {
   struct queue_config cfg = waiting_config (ACK_DISPATCHED);
-  struct test_write_job j[5];
-  struct test_thread t[5] = {
-    TEST_THREAD_INIT, TEST_THREAD_INIT, TEST_THREAD_INIT, TEST_THREAD_INIT,
-    TEST_THREAD_INIT,
-  };
+  struct test_thread t[BEHIND_MAX];
   struct tb_call calls[MAX_CALLS];
   struct test_rig r;
   struct queue_stats st = { 0 };
   size_t n = 0;
-  bool ok = CHECK (rig_start (&r, &cfg, 0, false));
+  bool ok = CHECK (rig_start (&r, &cfg, 0, false))
+    && writes_behind_held (&r, t, 5);
 
-  for (int i = 0; i < 5; i++)
-    j[i] = (struct test_write_job) { r.d[0].q, 'a' + i, BLOCK, i * BLOCK, 0 };
-  if (ok)
-    test_backend_block (r.d[0].tb, TB_PWRITEV);
-  ok = ok && START_WRITE (&t[0], &j[0],
-                          ENTERED (r, 1));
-  for (int i = 1; ok && i < 5; i++)
-    ok = START_WRITE (&t[i], &j[i], test_stats (r.d[0].q).op[OP_WRITE].requests
-                      == (uint64_t) i + 1);
-  test_backend_release (r.d[0].tb, TB_PWRITEV);
-  for (int i = 0; i < 5; i++)
-    ok = ok && CHECK (test_thread_wait (&t[i])) && CHECK (t[i].result == 0);
   if (ok) {
     st = test_stats (r.d[0].q);
     n = writes (&r.d[0], calls);
     ok = CHECK (n == 2) && CHECK (calls[1].count == 4 * BLOCK)
       && CHECK (st.waiting_merged == 4);
   }
-  for (int i = 0; i < 5; i++)
-    test_thread_join (&t[i]);
   test_rig_stop (&r);
   tap_ok (ok, "at depth on a synchronous backend, waiting writes queue"
           " while its token is busy and merge (%zu backend writes)", n);
@@ -248,26 +261,13 @@ static void
 test_waiter_stops_once_written (void)
 {
   struct queue_config cfg = waiting_config (ACK_DISPATCHED);
-  struct test_write_job j[3];
-  struct test_thread t[3] = {
-    TEST_THREAD_INIT, TEST_THREAD_INIT, TEST_THREAD_INIT,
-  };
+  struct test_thread t[BEHIND_MAX];
   struct tb_call calls[MAX_CALLS];
   struct test_rig r;
   size_t n = 0;
-  bool ok = CHECK (rig_start (&r, &cfg, 0, false));
+  bool ok = CHECK (rig_start (&r, &cfg, 0, false))
+    && writes_behind_held (&r, t, 3);
 
-  for (int i = 0; i < 3; i++)
-    j[i] = (struct test_write_job) { r.d[0].q, 'a' + i, BLOCK, i * BLOCK, 0 };
-  if (ok)
-    test_backend_block (r.d[0].tb, TB_PWRITEV);
-  ok = ok && START_WRITE (&t[0], &j[0], ENTERED (r, 1));
-  for (int i = 1; ok && i < 3; i++)
-    ok = START_WRITE (&t[i], &j[i], test_stats (r.d[0].q).op[OP_WRITE].requests
-                      == (uint64_t) i + 1);
-  test_backend_release (r.d[0].tb, TB_PWRITEV);
-  for (int i = 0; i < 3; i++)
-    ok = ok && CHECK (test_thread_wait (&t[i])) && CHECK (t[i].result == 0);
   if (ok) {
     n = writes (&r.d[0], calls);
     ok = CHECK (n == 2) && CHECK (calls[0].offset == 0)
@@ -275,8 +275,6 @@ test_waiter_stops_once_written (void)
       && CHECK (calls[1].count == 2 * BLOCK)
       && CHECK (!pthread_equal (calls[1].thread, t[0].thread));
   }
-  for (int i = 0; i < 3; i++)
-    test_thread_join (&t[i]);
   test_rig_stop (&r);
   tap_ok (ok, "a waiting writer that writes the queue out stops once its own"
           " write is done (%zu backend writes)", n);
