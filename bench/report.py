@@ -159,6 +159,14 @@ def target_rows(recs):
                  "(bench/syncbound) / nbdkit file, IOPS",
                  spread(paired_ratio(cell("syncbound-concurrent", "disk", fua),
                                      cell("nbdkit-file", "disk", fua))), None))
+    rows.append(("(c) FUA on every write: no server, one thread, 8 writes per fdatasync "
+                 "(one flush at a time, holding none back) / nbdkit file, IOPS",
+                 spread(paired_ratio(cell("syncbound-half-grouped", "disk", fua),
+                                     cell("nbdkit-file", "disk", fua))), None))
+    rows.append(("(c) FUA on every write: no server, two threads, 8 writes per fdatasync "
+                 "each (two flushes in flight) / nbdkit file, IOPS",
+                 spread(paired_ratio(cell("syncbound-half-grouped-two", "disk", fua),
+                                     cell("nbdkit-file", "disk", fua))), None))
     return rows
 
 

@@ -147,20 +147,23 @@ QUICK_CELLS=(
 )
 
 # measure_syncbound RUN: the FUA stream's bounds with no server at all
-# (bench/syncbound fua): 16 threads of write+fdatasync, and one thread
-# grouping 16 writes per fdatasync.  Two results lines, as servers
-# syncbound-concurrent and syncbound-grouped.
+# (bench/syncbound fua): 16 threads of write+fdatasync; one thread
+# grouping 16 writes per fdatasync; one grouping 8; two grouping 8 each.
+# Four results lines, as servers syncbound-concurrent, -grouped,
+# -half-grouped and -half-grouped-two.
 measure_syncbound() {
   local run=$1 prefix=$OUT/raw/quick-syncbound-r$1 what rate
   log "quick run $run: syncbound fua, 16 threads"
   prepare_backing disk 1 "$SIZE"
   "$BENCH_SRC/syncbound" fua "$WORK" 16 "$RUNTIME" >"$prefix.out" 2>"$prefix.log" ||
     { log "syncbound failed (see $prefix.log)"; return 0; }
-  for what in concurrent grouped; do
-    rate=$(sed -n "s/.* ${what}[a-z_]*_writes_per_s=\([0-9.]*\).*/\1/p" "$prefix.out")
-    [ -n "$rate" ] || { log "syncbound printed no $what rate"; continue; }
+  for what in concurrent:concurrent_fdatasync grouped:grouped \
+              half-grouped:half_grouped \
+              half-grouped-two:half_grouped_two_in_flight; do
+    rate=$(sed -n "s/.* ${what#*:}_writes_per_s=\([0-9.]*\).*/\1/p" "$prefix.out")
+    [ -n "$rate" ] || { log "syncbound printed no ${what%%:*} rate"; continue; }
     $PY "$BENCH_SRC/results.py" emit "$RESULTS" suite=quick run="$run" \
-      server="syncbound-$what" backend=disk workload=randw4k-qd16-fua \
+      server="syncbound-${what%%:*}" backend=disk workload=randw4k-qd16-fua \
       runtime="$RUNTIME" iops="$rate"
   done
 }

@@ -12,9 +12,12 @@
  *   syncbound fua DIR THREADS SECONDS
  *     THREADS threads each loop "one random 4 KiB write, fdatasync" on
  *     one file, as a QD-THREADS stream of FUA writes served by nbdkit's
- *     file plugin; then one thread writes THREADS pages and fdatasyncs
- *     once per round (perfect group commit of THREADS FUA writes, one
- *     flush at a time).  Prints both rates.
+ *     file plugin; then group commit with no server: one thread writing
+ *     THREADS pages per fdatasync (every write of the stream in each
+ *     flush), one thread writing THREADS/2 (what a server that runs one
+ *     flush at a time and holds none back groups: the other half of the
+ *     stream is being answered), and two such threads at once (two
+ *     group flushes in flight).  Prints the four rates.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -157,6 +160,7 @@ parallel (const char *dir, int files, int writes, int reps)
 
 struct fua_loop {
   int fd;
+  int group;                    /* writes per fdatasync */
   double until;
   unsigned seed;
   uint64_t done;
@@ -169,28 +173,28 @@ fua_thread (void *arg)
   struct fua_loop *l = arg;
 
   while (now_s () < l->until) {
-    dirty (l->fd, 1, &l->seed);
+    dirty (l->fd, l->group, &l->seed);
     if (fdatasync (l->fd) == -1)
       die ("fdatasync");
-    l->done++;
+    l->done += l->group;
   }
   return NULL;
 }
 
-static int
-fua (const char *dir, int threads, double seconds)
+/* Writes a second by `threads` threads on fd, each looping "group
+ * random 4 KiB writes, one fdatasync", for `seconds`.
+ */
+static double
+fua_rate (int fd, int threads, int group, double seconds)
 {
   struct fua_loop l[MAX_FILES];
-  int fd = open_file (dir, 0);
-  uint64_t total = 0, rounds = 0;
-  unsigned seed = 7;
-  double t;
+  uint64_t total = 0;
+  double t = now_s ();
 
-  if (threads < 1 || threads > MAX_FILES)
-    return 2;
-  t = now_s ();
   for (int i = 0; i < threads; i++) {
-    l[i] = (struct fua_loop) { .fd = fd, .until = t + seconds, .seed = i + 1 };
+    l[i] = (struct fua_loop) {
+      .fd = fd, .group = group, .until = t + seconds, .seed = i + 1,
+    };
     check (pthread_create (&l[i].thread, NULL, fua_thread, &l[i]),
            "pthread_create");
   }
@@ -198,18 +202,25 @@ fua (const char *dir, int threads, double seconds)
     pthread_join (l[i].thread, NULL);
     total += l[i].done;
   }
+  return total / (now_s () - t);
+}
+
+static int
+fua (const char *dir, int threads, double seconds)
+{
+  int fd = open_file (dir, 0);
+  int half = threads / 2 > 0 ? threads / 2 : 1;
+
+  if (threads < 1 || threads > MAX_FILES)
+    return 2;
   printf ("threads=%d concurrent_fdatasync_writes_per_s=%.0f\n", threads,
-          total / (now_s () - t));
-  t = now_s ();
-  while (now_s () < t + seconds) {
-    dirty (fd, threads, &seed);
-    if (fdatasync (fd) == -1)
-      die ("fdatasync");
-    rounds++;
-  }
-  printf ("threads=%d grouped_writes_per_s=%.0f flush_ms=%.3f\n", threads,
-          rounds * threads / (now_s () - t),
-          (now_s () - t) / rounds * 1e3);
+          fua_rate (fd, threads, 1, seconds));
+  printf ("threads=%d grouped_writes_per_s=%.0f\n", threads,
+          fua_rate (fd, 1, threads, seconds));
+  printf ("threads=%d half_grouped_writes_per_s=%.0f\n", threads,
+          fua_rate (fd, 1, half, seconds));
+  printf ("threads=%d half_grouped_two_in_flight_writes_per_s=%.0f\n",
+          threads, fua_rate (fd, 2, half, seconds));
   return 0;
 }
 
