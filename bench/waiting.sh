@@ -10,7 +10,7 @@
 #   F32  random, QD16, a FLUSH every 32 writes, plugq ack=dispatched
 #   FUA  sequential, QD16, FUA on every write
 #   S1   sequential, QD1, plugq ack=dispatched: p50 latency
-# and the ceiling: nbdbench straight on the remote (no server between).
+# each with its ceiling: nbdbench straight on the remote (no server between).
 # On an O_DIRECT file (WORK):
 #   D16  sequential, QD16, ack=dispatched: plugq against plugq unplug-thresh=1
 #
@@ -52,9 +52,9 @@ need_tools nbdkit:nbdkit
 # reference last)
 CASES=(
   "S16|remote, sequential, QD16, ack=dispatched|-m write -b 4k -q 16|plugq-dispatched:remote:plugq nbdkit-nbd:remote:nbdkit-nbd ceiling:remote:remote-alone"
-  "F32|remote, random, QD16, FLUSH every 32, ack=dispatched|-m randwrite -b 4k -q 16 -f 32|plugq-dispatched:remote:plugq nbdkit-nbd:remote:nbdkit-nbd"
+  "F32|remote, random, QD16, FLUSH every 32, ack=dispatched|-m randwrite -b 4k -q 16 -f 32|plugq-dispatched:remote:plugq nbdkit-nbd:remote:nbdkit-nbd ceiling:remote:remote-alone"
   "FUA|remote, sequential, QD16, FUA on every write|-m write -b 4k -q 16 -F|plugq:remote:plugq nbdkit-nbd:remote:nbdkit-nbd ceiling:remote:remote-alone"
-  "S1|remote, sequential, QD1, ack=dispatched|-m write -b 4k -q 1|plugq-dispatched:remote:plugq nbdkit-nbd:remote:nbdkit-nbd"
+  "S1|remote, sequential, QD1, ack=dispatched|-m write -b 4k -q 1|plugq-dispatched:remote:plugq nbdkit-nbd:remote:nbdkit-nbd ceiling:remote:remote-alone"
   "D16|O_DIRECT file, sequential, QD16, ack=dispatched|-m write -b 4k -q 16|plugq-dispatched:disk-direct:plugq plugq-unplugged-dispatched:disk-direct:plugq-thresh1"
 )
 
