@@ -322,7 +322,7 @@ remote_start (struct backend *b)
   ev_async_start (nb->loop, &nb->stop);
   ev_timer_init (&nb->retry, retry_cb, 0., 0.);
   nb->retry.data = nb;
-  if (engine_thread_create (&nb->thread, loop_thread, nb) == -1) {
+  if (engine_thread_create (&nb->thread, "pq-nbd", loop_thread, nb) == -1) {
     log_error ("%s: cannot start its I/O thread: %m", nb->uri);
     return -1;
   }

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 
 #include <ev.h>
 
@@ -12,8 +13,10 @@
  * keep receiving SIGTERM and SIGINT.
  */
 int
-engine_thread_create (pthread_t *thread, void *(*fn) (void *), void *arg)
+engine_thread_create (pthread_t *thread, const char *name,
+                      void *(*fn) (void *), void *arg)
 {
+  char comm[16];
   sigset_t all, old;
   int r;
 
@@ -25,6 +28,9 @@ engine_thread_create (pthread_t *thread, void *(*fn) (void *), void *arg)
     errno = r;
     return -1;
   }
+  /* A name only helps whoever looks: a failure to set it is no error. */
+  snprintf (comm, sizeof comm, "%s", name);
+  pthread_setname_np (*thread, comm);
   return 0;
 }
 

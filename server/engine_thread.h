@@ -11,9 +11,12 @@
 struct ev_loop;
 
 /* pthread_create with every signal blocked in the new thread, so nbdkit's
- * threads keep receiving SIGTERM and SIGINT.  0, or -1 with errno set.
+ * threads keep receiving SIGTERM and SIGINT.  The thread is named `name`
+ * (cut to the kernel's 15 bytes), so top -H, ps -L and perf tell the
+ * engine's threads from nbdkit's.  0, or -1 with errno set.
  */
-int engine_thread_create (pthread_t *, void *(*fn) (void *), void *arg);
+int engine_thread_create (pthread_t *, const char *name,
+                          void *(*fn) (void *), void *arg);
 
 /* A libev loop for an engine thread, or NULL.  It must survive a
  * watched descriptor closed under it by another thread (libnbd closes

@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "engine_thread.h"
 #include "log.h"
@@ -438,10 +439,14 @@ dispatch_thread (void *arg)
   return NULL;
 }
 
+/* Named pq-d:DISK, as far as 15 bytes go. */
 int
 dispatch_thread_start (struct queue *q)
 {
-  if (engine_thread_create (&q->dispatcher, dispatch_thread, q) == -1) {
+  char name[16];
+
+  snprintf (name, sizeof name, "pq-d:%s", q->name);
+  if (engine_thread_create (&q->dispatcher, name, dispatch_thread, q) == -1) {
     log_error ("%s: cannot start the dispatch thread: %m", q->name);
     return -1;
   }

@@ -509,7 +509,7 @@ stats_file_start (const char *path, enum stats_format format,
   lock_init (&sf->write_lock);
   cond_init_monotonic (&sf->wake);
 
-  if (engine_thread_create (&sf->thread, writer_thread, sf) == -1) {
+  if (engine_thread_create (&sf->thread, "pq-stats", writer_thread, sf) == -1) {
     err = errno;
     log_error ("stats=%s: cannot start the writer thread: %m", path);
     pthread_cond_destroy (&sf->wake);

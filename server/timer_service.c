@@ -154,7 +154,7 @@ loop_thread (void *arg)
 int
 timer_service_start (struct timer_service *ts)
 {
-  if (engine_thread_create (&ts->thread, loop_thread, ts) == -1) {
+  if (engine_thread_create (&ts->thread, "pq-unplug", loop_thread, ts) == -1) {
     log_error ("cannot start the unplug timer thread: %m");
     return -1;
   }

@@ -10,6 +10,7 @@
 
 #include <config.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdatomic.h>
@@ -1718,6 +1719,52 @@ test_fast_zero_unsupported (void)
   tap_ok (ok, "FAST_ZERO without can_fast_zero: ENOTSUP, nothing changes");
 }
 
+/* How many of this process's threads are named `name` (/proc). */
+static int
+threads_named (const char *name)
+{
+  DIR *dir = opendir ("/proc/self/task");
+  struct dirent *e;
+  int n = 0;
+
+  if (dir == NULL)
+    return -1;
+  while ((e = readdir (dir)) != NULL) {
+    char path[300], comm[32] = "";
+    FILE *fp;
+
+    if (e->d_name[0] == '.')
+      continue;
+    snprintf (path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    if ((fp = fopen (path, "r")) == NULL)
+      continue;                 /* the thread has just ended */
+    if (fgets (comm, sizeof comm, fp))
+      comm[strcspn (comm, "\n")] = '\0';
+    fclose (fp);
+    n += strcmp (comm, name) == 0;
+  }
+  closedir (dir);
+  return n;
+}
+
+/* An operator looking at top -H or perf sees which disk a dispatch
+ * thread serves, and which thread runs the unplug timers.
+ */
+static void
+test_engine_threads_named (void)
+{
+  struct queue_config cfg = test_config (HOUR, 1000);
+  struct test_rig r;
+  bool ok;
+
+  ok = CHECK (rig_one (&r, &cfg, DISK_SIZE));
+  ok = ok && CHECK (threads_named ("pq-d:disk0") == 1);
+  ok = ok && CHECK (threads_named ("pq-unplug") == 1);
+  test_rig_stop (&r);
+  tap_ok (ok, "the dispatch thread is named for its disk, the timer"
+          " thread for its job");
+}
+
 static void
 test_out_of_range (void)
 {
@@ -2317,6 +2364,7 @@ main (void)
   test_deadline_order ();
   test_fast_zero_unsupported ();
   test_out_of_range ();
+  test_engine_threads_named ();
   test_deadline_expiry_under_stream ();
   test_flush_under_stream ();
   /* A trailing plan: the count follows from the cases that ran. */
