@@ -151,22 +151,17 @@ def target_rows(recs):
     rows.append(("(c) ceiling, FLUSH every 32 writes: nbdkit null (does no work) / nbdkit file, IOPS",
                  spread(paired_ratio(cell("nbdkit-null", "disk", flush32),
                                      cell("nbdkit-file", "disk", flush32))), None))
-    rows.append(("(c) ceiling, FUA on every write: no server, 16 writes per fdatasync "
-                 "(bench/syncbound) / nbdkit file, IOPS",
-                 spread(paired_ratio(cell("syncbound-grouped", "disk", fua),
-                                     cell("nbdkit-file", "disk", fua))), None))
-    rows.append(("(c) FUA on every write: no server, 16 threads of write+fdatasync "
-                 "(bench/syncbound) / nbdkit file, IOPS",
-                 spread(paired_ratio(cell("syncbound-concurrent", "disk", fua),
-                                     cell("nbdkit-file", "disk", fua))), None))
-    rows.append(("(c) FUA on every write: no server, one thread, 8 writes per fdatasync "
-                 "(one flush at a time, holding none back) / nbdkit file, IOPS",
-                 spread(paired_ratio(cell("syncbound-half-grouped", "disk", fua),
-                                     cell("nbdkit-file", "disk", fua))), None))
-    rows.append(("(c) FUA on every write: no server, two threads, 8 writes per fdatasync "
-                 "each (two flushes in flight) / nbdkit file, IOPS",
-                 spread(paired_ratio(cell("syncbound-half-grouped-two", "disk", fua),
-                                     cell("nbdkit-file", "disk", fua))), None))
+    # bench/syncbound fua's forms of the FUA stream, each over nbdkit file.
+    for server, what in (
+            ("syncbound-grouped", "ceiling, FUA on every write: no server, 16 writes per fdatasync"),
+            ("syncbound-concurrent", "FUA on every write: no server, 16 threads of write+fdatasync"),
+            ("syncbound-half-grouped", "FUA on every write: no server, one thread, 8 writes per "
+             "fdatasync (one flush at a time, holding none back)"),
+            ("syncbound-half-grouped-two", "FUA on every write: no server, two threads, 8 writes "
+             "per fdatasync each (two flushes in flight)")):
+        rows.append((f"(c) {what} (bench/syncbound) / nbdkit file, IOPS",
+                     spread(paired_ratio(cell(server, "disk", fua),
+                                         cell("nbdkit-file", "disk", fua))), None))
     return rows
 
 
