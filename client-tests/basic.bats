@@ -1,7 +1,7 @@
 #!/usr/bin/env bats
 # plugq basics: the default disk, file and memory disks, export listing,
 # default export, trim / zero / extents, a 100 MiB zero, data reaching the
-# backing file, direct=true.
+# backing file, direct=true, the engine threads' names.
 
 load helpers
 
@@ -338,6 +338,18 @@ EOF
 # Queued buffers are freed a batch at a time; with glibc's default 128 KiB
 # trim threshold nearly every batch went back to the kernel and was faulted
 # in again (server/heap_tuning.c).
+@test "basic: each disk's dispatch thread is named for its disk; the unplug timer's is pq-unplug" {
+  make_file "$T/f.img" 4M
+  start_plugq disk=alpha memory=16M disk=f file="$T/f.img"
+  run nbdinfo --size "$(uri f)"   # serving: the threads have started
+  assert_success
+  run cat /proc/"$(plugq_pid)"/task/*/comm
+  assert_success
+  assert_line "pq-d:alpha"
+  assert_line "pq-d:f"
+  assert_line "pq-unplug"
+}
+
 @test "basic: at load plugq sets malloc's trim and mmap thresholds, unless the environment sets malloc's own" {
   run timeout 30 "$NBDKIT" -v -U - "$PLUGIN" --run 'exit 0'
   assert_success
