@@ -99,3 +99,15 @@ semaphore_wait (sem_t *s)
     assert (errno == EINTR);
   errno = saved_errno;
 }
+
+void
+sleepers_post (struct sleeper *list)
+{
+  while (list) {
+    struct sleeper *s = list;
+
+    list = s->next;
+    s->next = NULL;
+    sem_post (&s->sem);
+  }
+}

@@ -73,4 +73,19 @@ int lock_wait_until (pthread_cond_t *, struct lock *, uint64_t deadline_ns);
 /* sem_wait until posted, through signals; errno is left as it was. */
 void semaphore_wait (sem_t *);
 
+/* A thread asleep on its own semaphore, which whoever answers it can put
+ * on a list and post once it has dropped its lock: a post is a system
+ * call, and every thread waiting for the lock would wait it out.
+ */
+struct sleeper {
+  struct sleeper *next;
+  sem_t sem;
+};
+
+/* Posts every sleeper on the list.  Each may return, and its sleeper go,
+ * as soon as it is posted, so its successor is read first; each is left
+ * with no list of its own.
+ */
+void sleepers_post (struct sleeper *list);
+
 #endif /* PLUGQ_LOCK_H */

@@ -9,7 +9,6 @@
 #ifndef PLUGQ_PIECE_H
 #define PLUGQ_PIECE_H
 
-#include <semaphore.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -17,6 +16,7 @@
 
 #include <bsd/sys/tree.h>
 
+#include "lock.h"
 #include "op.h"
 
 struct data_buffer;
@@ -34,9 +34,8 @@ struct completion {
                                  * superseded: only a backend flush makes
                                  * the request durable */
   bool sleeping;                /* on `written`, q->lock dropped */
-  struct completion *wake_next; /* answered, to be posted once q->lock is
-                                 * dropped (waiters_wake) */
-  sem_t written;
+  struct sleeper written;       /* posted once answered, after q->lock is
+                                 * dropped (sleepers_post) */
 };
 
 struct piece {

@@ -346,7 +346,7 @@ sleep_until_written (struct queue *q, struct completion *done)
   }
   done->sleeping = true;
   lock_release (&q->lock);
-  semaphore_wait (&done->written);
+  semaphore_wait (&done->written.sem);
   return done->err;
 }
 
@@ -423,7 +423,7 @@ submit (struct queue *q, struct session *s, const struct piece *r,
   int err = 0;
 
   if (wait)
-    sem_init (&done.written, 0, 0);
+    sem_init (&done.written.sem, 0, 0);
   lock_acquire (&q->lock);
   wait_for_space (q, r->kind == OP_WRITE ? r->length : 0);
   p = insert_piece (q, s, r, flags, wait ? &done : NULL, &unplugged);
@@ -440,7 +440,7 @@ submit (struct queue *q, struct session *s, const struct piece *r,
     lock_release (&q->lock);
   }
   if (wait)
-    sem_destroy (&done.written);
+    sem_destroy (&done.written.sem);
   return queue_answer (err);
 }
 

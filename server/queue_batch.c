@@ -373,7 +373,7 @@ next_retry_ns (const struct queue *q)
 static void
 piece_complete (struct queue *q, const struct batch *b, struct piece *p,
                 int err, uint64_t now, bool *latched,
-                struct completion **wake_later)
+                struct sleeper **wake_later)
 {
   struct op_counters *c = &q->stats.op[p->kind];
 
@@ -414,12 +414,12 @@ count_backend_op (struct queue *q, enum op_kind kind, uint64_t bytes,
 
 /* The batch is on the backend (or failed).  Its waiters that are
  * answered go on wake_later, for the caller to post once it has dropped
- * q->lock (waiters_wake); the caller also passes on the room and slots
+ * q->lock (sleepers_post); the caller also passes on the room and slots
  * it left, once for however many batches it completed.
  */
 void
 batch_complete (struct queue *q, struct batch *b, int err,
-                struct completion **wake_later)
+                struct sleeper **wake_later)
 {
   uint64_t now = b->finished_ns;
   struct piece *p;

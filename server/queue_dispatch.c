@@ -53,7 +53,7 @@ batch_done (struct backend_io *io, int err)
   struct batch *b = (struct batch *) ((char *) io
                                       - offsetof (struct batch, io));
   struct queue *q = b->q;
-  struct completion *answered = NULL;
+  struct sleeper *answered = NULL;
   bool kick, room_wanted, wake_writer;
 
   b->finished_ns = monotonic_ns ();
@@ -72,7 +72,7 @@ batch_done (struct backend_io *io, int err)
     && (!room_wanted || q->flush.wanted || q->retrying != NULL);
   wake_writer = room_wake_for_slot (q);
   lock_release (&q->lock);
-  waiters_wake (answered);
+  sleepers_post (answered);
   if (wake_writer)
     pthread_cond_signal (&q->space);
   if (kick)
@@ -156,7 +156,7 @@ static void
 dispatch_round (struct queue *q, struct batch *first, unsigned limit)
 {
   struct batch *round[SYNC_ROUND], *b;
-  struct completion *answered = NULL;
+  struct sleeper *answered = NULL;
   int err[SYNC_ROUND];
   unsigned n = 0;
 
@@ -173,7 +173,7 @@ dispatch_round (struct queue *q, struct batch *first, unsigned limit)
   room_pass_on (q);
   if (answered) {               /* posted without the lock (piece_written) */
     lock_release (&q->lock);
-    waiters_wake (answered);
+    sleepers_post (answered);
     lock_acquire (&q->lock);
   }
 }

@@ -145,19 +145,18 @@ flush_start_locked (struct queue *q)
  * a dozen threads to queue up on q->lock one after the other.
  *
  * The flush's thread wakes only the first sleeper of the group; that
- * one wakes the rest (wake_next) before it replies.  A post costs a
+ * one wakes the rest (sleepers_post) before it replies.  A post costs a
  * system call, and the thread that ended the flush usually starts the
  * next one: posting a dozen first would hold every write of the next
  * flush back by as long.
  */
 struct flush_waiter {
   TAILQ_ENTRY (flush_waiter) link;
-  struct flush_waiter *wake_next; /* answered with it, woken by it */
   uint64_t ticket;
   struct session *session;
   uint64_t start_ns;            /* a FLUSH request's arrival, else 0 */
   int err;                      /* the answer */
-  sem_t answered;
+  struct sleeper answered;      /* .next: answered with it, woken by it */
 };
 
 /* The answer to a ticket whose epoch has ended: 0 or an errno. */
@@ -183,7 +182,8 @@ flush_answer (struct queue *q, struct session *s, uint64_t ticket,
 static void
 answer_sleepers (struct queue *q)
 {
-  struct flush_waiter *w, *next, *first = NULL, **tail = &first;
+  struct flush_waiter *w, *next;
+  struct sleeper *first = NULL, **tail = &first;
 
   queue_assert_locked (q);
   for (w = TAILQ_FIRST (&q->flush.sleepers); w != NULL; w = next) {
@@ -192,28 +192,12 @@ answer_sleepers (struct queue *q)
       continue;
     TAILQ_REMOVE (&q->flush.sleepers, w, link);
     w->err = flush_answer (q, w->session, w->ticket, w->start_ns);
-    w->wake_next = NULL;
-    *tail = w;
-    tail = &w->wake_next;
+    w->answered.next = NULL;
+    *tail = &w->answered;
+    tail = &w->answered.next;
   }
   if (first)
-    sem_post (&first->answered);
-}
-
-/* Wakes the sleepers chained behind an answered one, each with no
- * chain of its own.  Each may return as soon as it is posted, so its
- * successor is read first.
- */
-static void
-wake_chained (struct flush_waiter *next)
-{
-  while (next) {
-    struct flush_waiter *w = next;
-
-    next = w->wake_next;
-    w->wake_next = NULL;
-    sem_post (&w->answered);
-  }
+    sem_post (&first->sem);
 }
 
 /* Sleeps until answer_sleepers answers the ticket.  q->lock held on
@@ -228,12 +212,12 @@ sleep_until_answered (struct queue *q, struct session *s, uint64_t ticket,
   };
 
   queue_assert_locked (q);
-  sem_init (&w.answered, 0, 0);
+  sem_init (&w.answered.sem, 0, 0);
   TAILQ_INSERT_TAIL (&q->flush.sleepers, &w, link);
   lock_release (&q->lock);
-  semaphore_wait (&w.answered);
-  wake_chained (w.wake_next);
-  sem_destroy (&w.answered);
+  semaphore_wait (&w.answered.sem);
+  sleepers_post (w.answered.next);
+  sem_destroy (&w.answered.sem);
   return w.err;
 }
 

@@ -285,8 +285,7 @@ void queue_link (struct queue *, struct piece *, struct piece *after);
 void queue_unlink (struct queue *, struct piece *);
 void piece_grow (struct queue *, struct piece *, uint32_t count);
 void piece_written (struct queue *, struct piece *, bool durable,
-                    struct completion **wake_later);
-void waiters_wake (struct completion *);
+                    struct sleeper **wake_later);
 struct piece *first_reaching (struct piece_tree *, uint64_t offset);
 
 /* Whether a piece of the tree has bytes in [start, end).  Inline: on
@@ -383,7 +382,7 @@ bool batch_may_grow (struct queue *, struct batch *, const struct piece *);
 bool in_flight_between (struct queue *, uint64_t start, uint64_t end);
 void batch_prepare (struct batch *);
 void batch_complete (struct queue *, struct batch *, int err,
-                     struct completion **wake_later);
+                     struct sleeper **wake_later);
 void count_backend_op (struct queue *, enum op_kind, uint64_t bytes,
                        uint32_t pieces, uint64_t took_ns, int err);
 struct batch *retry_due (struct queue *);

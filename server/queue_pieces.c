@@ -147,12 +147,11 @@ piece_grow (struct queue *q, struct piece *p, uint32_t count)
  * waiter asleep on its last piece is answered and stops counting as a
  * dispatched waiter here, as it will not take the lock again for that.
  * It is posted now, or, with wake_later, put on that list for the
- * caller to post once it has dropped q->lock (waiters_wake): a post is
- * a system call, and every writer arriving meanwhile would wait for it.
+ * caller to post once it has dropped q->lock (sleepers_post).
  */
 void
 piece_written (struct queue *q, struct piece *p, bool durable,
-               struct completion **wake_later)
+               struct sleeper **wake_later)
 {
   struct completion *w = p->waiter;
 
@@ -165,25 +164,11 @@ piece_written (struct queue *q, struct piece *p, bool durable,
     return;
   q->dispatched_waiters--;
   if (wake_later) {
-    w->wake_next = *wake_later;
-    *wake_later = w;
+    w->written.next = *wake_later;
+    *wake_later = &w->written;
   }
   else
-    sem_post (&w->written);
-}
-
-/* Unlocked: posts the waiters piece_written put on the list.  Each may
- * return, and its completion go, as soon as it is posted.
- */
-void
-waiters_wake (struct completion *list)
-{
-  while (list) {
-    struct completion *w = list;
-
-    list = w->wake_next;
-    sem_post (&w->written);
-  }
+    sem_post (&w->written.sem);
 }
 
 /* A piece that will never reach the backend because a newer request
