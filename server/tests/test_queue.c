@@ -2092,19 +2092,21 @@ test_slow_disk_isolation (void)
 /* ------------------------------------------------------------ async */
 
 /* A FLUSH on an asynchronous backend must not wait behind batches newer
- * than itself: while it waits, only what it covers goes out.
+ * than itself: while it waits, only what it covers goes out, and once
+ * that is written the flush runs even if a newer write is stuck in the
+ * backend.  Which of the flush and that newer write reaches the backend
+ * first is left open: the flush lends its token (backend_flush_locked),
+ * so the newer one may go out beside it.
  */
 static void
 test_async_flush_not_overtaken (void)
 {
   struct queue_config cfg = test_config (HOUR, 1000);
-  struct tb_call calls[8];
   struct test_backend *tb;
   struct test_rig r;
   struct queue *q;
   uint64_t ticket = 0;
-  size_t n = 0;
-  bool ok, flush_first = false;
+  bool ok;
 
   ok = CHECK (test_rig_one (&r, &cfg, DISK_SIZE, ASYNC_IN_FLIGHT, 0));
   q = r.d[0].q;
@@ -2122,23 +2124,17 @@ test_async_flush_not_overtaken (void)
   if (ok)
     unplug_now (q, UNPLUG_TIMER);
   ok = ok && CHECK (!TEST_SOON (test_backend_entered (tb, TB_PWRITEV) >= 2));
-  test_backend_release (tb, TB_PWRITEV);
-  ok = ok && CHECK (queue_flush_wait (q, NULL, ticket) == 0);
-  ok = ok && CHECK (queue_flush (q, NULL) == 0);
+  /* A's write ends; the gate stays shut for N's. */
   if (ok)
-    n = test_backend_calls (tb, TB_OPS, calls, 8);
-  for (size_t i = 0; i < n && i < 8; i++) {
-    if (calls[i].op == TB_FLUSH) {
-      flush_first = true;
-      break;
-    }
-    if (calls[i].op == TB_PWRITEV && calls[i].offset == MiB)
-      break;
-  }
-  ok = ok && CHECK (flush_first);
+    test_backend_step (tb, TB_PWRITEV, 1);
+  ok = ok && CHECK (test_backend_wait_count (tb, TB_FLUSH, 1));
+  ok = ok && CHECK (test_backend_count (tb, TB_PWRITEV) == 1);
+  ok = ok && CHECK (queue_flush_wait (q, NULL, ticket) == 0);
+  test_backend_release (tb, TB_PWRITEV);
+  ok = ok && CHECK (queue_flush (q, NULL) == 0);
   ok = ok && CHECK (test_backend_holds (tb, 'N', 4 * KiB, MiB));
   test_rig_stop (&r);
-  tap_ok (ok, "async: a FLUSH goes before batches newer than itself");
+  tap_ok (ok, "async: a FLUSH runs before batches newer than itself end");
 }
 
 /* With several operations in flight, a piece never goes out while an
