@@ -5,15 +5,6 @@
 
 #include "clock.h"
 
-uint64_t
-monotonic_ns (void)
-{
-  struct timespec ts;
-
-  clock_gettime (CLOCK_MONOTONIC, &ts);
-  return (uint64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 void
 cond_init_monotonic (pthread_cond_t *cond)
 {

@@ -394,24 +394,6 @@ piece_complete (struct queue *q, const struct batch *b, struct piece *p,
   piece_release (q, p);
 }
 
-/* One backend operation of that kind, carrying `pieces` queued pieces
- * (or one request that went around the queue), done after took_ns.
- */
-void
-count_backend_op (struct queue *q, enum op_kind kind, uint64_t bytes,
-                  uint32_t pieces, uint64_t took_ns, int err)
-{
-  struct op_counters *c = &q->stats.op[kind];
-
-  queue_assert_locked (q);
-  c->backend_ops++;
-  c->backend_bytes += bytes;
-  q->stats.requests_dispatched += pieces;
-  latency_record (&q->stats.dispatch_time, took_ns);
-  if (err)
-    c->errors++;
-}
-
 /* The batch is on the backend (or failed).  Its waiters that are
  * answered go on wake_later, for the caller to post once it has dropped
  * q->lock (sleepers_post); the caller also passes on the room and slots

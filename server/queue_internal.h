@@ -383,10 +383,27 @@ bool in_flight_between (struct queue *, uint64_t start, uint64_t end);
 void batch_prepare (struct batch *);
 void batch_complete (struct queue *, struct batch *, int err,
                      struct sleeper **wake_later);
-void count_backend_op (struct queue *, enum op_kind, uint64_t bytes,
-                       uint32_t pieces, uint64_t took_ns, int err);
 struct batch *retry_due (struct queue *);
 uint64_t next_retry_ns (const struct queue *);
+
+/* One backend operation of that kind, carrying `pieces` queued pieces
+ * (or one request that went around the queue), done after took_ns.
+ * Inline: it runs for every backend operation.
+ */
+static inline void
+count_backend_op (struct queue *q, enum op_kind kind, uint64_t bytes,
+                  uint32_t pieces, uint64_t took_ns, int err)
+{
+  struct op_counters *c = &q->stats.op[kind];
+
+  queue_assert_locked (q);
+  c->backend_ops++;
+  c->backend_bytes += bytes;
+  q->stats.requests_dispatched += pieces;
+  latency_record (&q->stats.dispatch_time, took_ns);
+  if (err)
+    c->errors++;
+}
 
 /* queue_align.c: what a backend with min_block > 1 needs; block_mask
  * is 0 for every other, and these cost it nothing.

@@ -1,4 +1,4 @@
-/* plugq: names and latency histograms for the per-disk counters. */
+/* plugq: the names of the per-disk counters (the histograms are in stats.h). */
 
 #include <stdint.h>
 
@@ -22,20 +22,3 @@ const char *const op_kind_names[OP_KINDS] = {
   [OP_ZERO] = "zero",
   [OP_TRIM] = "trim",
 };
-
-/* Bucket 0 counts < 1 us, bucket i counts [2^(i-1), 2^i) us: i is the
- * bit length of the value in microseconds.  Everything from 2^26 us
- * (about 67 s) up lands in the last bucket.
- */
-void
-latency_record (struct latency_histogram *h, uint64_t ns)
-{
-  uint64_t us = ns / 1000;
-  unsigned i = us == 0 ? 0 : 64 - __builtin_clzll (us);
-
-  if (i >= LATENCY_BUCKETS)
-    i = LATENCY_BUCKETS - 1;
-  h->bucket[i]++;
-  h->count++;
-  h->total_us += us;
-}
