@@ -205,7 +205,7 @@ bypass_write (struct queue *q, struct session *s, const void *buf,
   else if (fua_flush)
     hand_token_to_flush (q);
   else
-    release_token (q);
+    release_bypass_token (q, flags & REQ_FUA);
   if (fua_flush)
     return queue_answer (flush_wait_and_unlock (q, s, flush_start_locked (q),
                                                 0));

@@ -27,6 +27,7 @@
 
 #include "engine_thread.h"
 #include "log.h"
+#include "minmax.h"
 #include "queue_internal.h"
 
 /* ------------------------------------------------------------ issuing */
@@ -235,13 +236,22 @@ dispatcher_needed (const struct queue *q)
  * disk.  A backend that writes to memory has no disk to compete for:
  * while its flush runs, queued writes go out beside it, so the queue
  * drains and writes that arrive can go around it again.
+ *
+ * While a flush waits to start, a write going around the queue that is
+ * not FUA does not count against the one token it may have: the flush
+ * need not cover a write nobody was answered for yet, and waiting for
+ * it to end would put the flush on the dispatch thread, two context
+ * switches later.  A FUA write around the queue does count: it needs
+ * the next flush, and the flush that waits for it carries it too.
  */
 static unsigned
 token_limit (const struct queue *q)
 {
   if (q->flush.running && q->backend->writes_to_memory)
     return q->max_holders;
-  return q->flush.wanted || q->flush.running ? 1 : q->max_holders;
+  if (q->flush.wanted || q->flush.running)
+    return MIN (1 + q->plain_bypassers, q->max_holders);
+  return q->max_holders;
 }
 
 /* Wakes the dispatch thread for work no request thread will do.  While
@@ -297,7 +307,22 @@ take_bypass_token (struct queue *q, bool fua)
       || (q->flush.wanted && !q->flush.running && !fua))
     return false;
   q->holders++;
+  if (!fua)
+    q->plain_bypassers++;
   return true;
+}
+
+/* The token of a write around the queue that is written.  A FUA write
+ * whose write succeeded keeps going into the flush (hand_token_to_flush)
+ * instead.
+ */
+void
+release_bypass_token (struct queue *q, bool fua)
+{
+  queue_assert_locked (q);
+  if (!fua)
+    q->plain_bypassers--;
+  release_token (q);
 }
 
 /* The last holder out plugs a running queue that should collect again

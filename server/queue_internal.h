@@ -197,6 +197,8 @@ struct queue {
 
   enum plug_state state;
   unsigned holders;             /* dispatch tokens held */
+  unsigned plain_bypassers;     /* of those, writes around the queue that
+                                 * no flush waits for (not FUA) */
   uint64_t unplug_seq;          /* an unplug sends out everything up to here */
   uint32_t full_waiters;        /* writers waiting for room */
   uint32_t space_sleepers;      /* of those, asleep on space */
@@ -467,6 +469,7 @@ read_backend (struct queue *q, void *buf, uint32_t count, uint64_t offset)
 
 void queue_kick_dispatcher (struct queue *);
 bool take_bypass_token (struct queue *, bool fua);
+void release_bypass_token (struct queue *, bool fua);
 void release_token (struct queue *);
 void hand_token_to_flush (struct queue *);
 bool run_queue_here (struct queue *, int steps, unsigned round);

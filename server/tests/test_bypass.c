@@ -6,7 +6,8 @@
  *    is counted as bypassed.
  *  - FUA writes go around too, and are answered after a backend flush
  *    begun once they were written; those written while a flush runs
- *    share the next one.
+ *    share the next one.  A FLUSH waits to start for FUA writes being
+ *    written around the queue (it carries them), not for plain ones.
  *  - What the queue is for still takes it: the second write of a
  *    sequential stream (and everything behind it), a write over bytes
  *    a queued piece holds, every write with bypass=never or on a
@@ -253,16 +254,17 @@ test_fua_goes_around_then_flushes (void)
           " begun once they were written, and share it");
 }
 
-/* While a FLUSH waits to start (a write around the queue holds the token
- * it needs), a FUA write still goes around: it waits for that flush
- * anyway.  A plain write is queued instead, so writes that keep arriving
- * cannot keep the flush waiting.
+/* While a FLUSH waits to start (a FUA write around the queue holds the
+ * token it needs: the flush waits to carry it), another FUA write still
+ * goes around: it waits for that flush anyway.  A plain write is queued
+ * instead, so writes that keep arriving cannot keep the flush waiting.
  */
 static void
 test_fua_around_waiting_flush (void)
 {
   struct queue_config cfg = bypass_config (true);
-  struct test_write_job ja = { .c = 'a', .count = BLOCK, .offset = 0 };
+  struct test_write_job ja = { .c = 'a', .count = BLOCK, .offset = 0,
+                               .flags = REQ_FUA };
   struct test_write_job jb = { .c = 'b', .count = BLOCK,
                                .offset = 4 * BLOCK, .flags = REQ_FUA };
   struct test_thread ta = TEST_THREAD_INIT, tb = TEST_THREAD_INIT;
@@ -308,6 +310,41 @@ test_fua_around_waiting_flush (void)
   test_rig_stop (&r);
   tap_ok (ok, "while a FLUSH waits to start, a FUA write goes around the"
           " queue and a plain one is queued");
+}
+
+/* A FLUSH need not cover a plain write still being written around the
+ * queue (nobody was answered for it): it starts and ends beside it,
+ * from its own thread, instead of waiting for that write's token.
+ */
+static void
+test_flush_beside_plain_write (void)
+{
+  struct queue_config cfg = bypass_config (true);
+  struct test_write_job ja = { .c = 'a', .count = BLOCK, .offset = 0 };
+  struct test_thread ta = TEST_THREAD_INIT, tf = TEST_THREAD_INIT;
+  struct test_rig r;
+  bool ok = CHECK (rig_start (&r, &cfg, 2, true));
+
+  ja.q = r.d[0].q;
+  if (ok) {
+    test_backend_block (r.d[0].tb, TB_PWRITEV);
+    ok = CHECK (test_thread_start (&ta, test_write_job_run, &ja) == 0)
+      && CHECK (test_backend_wait_entered (r.d[0].tb, TB_PWRITEV, 1))
+      && CHECK (test_thread_start (&tf, flush_job, r.d[0].q) == 0)
+      && CHECK (test_thread_wait (&tf)) && CHECK (tf.result == 0)
+      && CHECK (test_backend_count (r.d[0].tb, TB_FLUSH) == 1)
+      && CHECK (test_backend_count (r.d[0].tb, TB_PWRITEV) == 0)
+      && CHECK (!test_thread_done (&ta));
+  }
+  test_backend_release (r.d[0].tb, TB_PWRITEV);
+  ok = ok && CHECK (test_thread_wait (&ta)) && CHECK (ta.result == 0)
+    && CHECK (test_stats (r.d[0].q).bypassed_writes == 1)
+    && CHECK (test_backend_holds (r.d[0].tb, 'a', BLOCK, 0));
+  test_thread_join (&ta);
+  test_thread_join (&tf);
+  test_rig_stop (&r);
+  tap_ok (ok, "a FLUSH runs beside a plain write still going around the"
+          " queue");
 }
 
 /* ------------------------------------------------------------ queued */
@@ -614,12 +651,13 @@ test_large_write_around_async (void)
 int
 main (void)
 {
-  tap_plan (14);
+  tap_plan (15);
   test_random_writes_go_around ();
   test_stream_is_queued ();
   test_full_size_writes_go_around ();
   test_fua_goes_around_then_flushes ();
   test_fua_around_waiting_flush ();
+  test_flush_beside_plain_write ();
   test_around_a_queue ();
   test_bypass_off (false, true, "bypass=never");
   test_bypass_off (true, false, "a backend that does not write to memory");
