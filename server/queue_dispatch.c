@@ -237,12 +237,13 @@ dispatcher_needed (const struct queue *q)
  * while its flush runs, queued writes go out beside it, so the queue
  * drains and writes that arrive can go around it again.
  *
- * While a flush waits to start, a write going around the queue that is
- * not FUA does not count against the one token it may have: the flush
- * need not cover a write nobody was answered for yet, and waiting for
- * it to end would put the flush on the dispatch thread, two context
- * switches later.  A FUA write around the queue does count: it needs
- * the next flush, and the flush that waits for it carries it too.
+ * While a flush waits to start, only one token may be held, but a
+ * write going around the queue that is not FUA does not count against
+ * it: the flush need not cover a write nobody was answered for yet, and
+ * waiting for it to end would put the flush on the dispatch thread, two
+ * context switches later.  No such write starts meanwhile
+ * (take_bypass_token).  A FUA write around the queue does count: it
+ * needs the next flush, and the flush that waits for it carries it too.
  */
 static unsigned
 token_limit (const struct queue *q)
