@@ -335,9 +335,6 @@ assert seen.get(plain) and not any(seen[plain]), "plain file fds: %r" % seen
 EOF
 }
 
-# Queued buffers are freed a batch at a time; with glibc's default 128 KiB
-# trim threshold nearly every batch went back to the kernel and was faulted
-# in again (server/heap_tuning.c).
 @test "basic: each disk's dispatch thread is named for its disk; the unplug timer's is pq-unplug" {
   make_file "$T/f.img" 4M
   start_plugq disk=alpha memory=16M disk=f file="$T/f.img"
@@ -350,6 +347,9 @@ EOF
   assert_line "pq-unplug"
 }
 
+# Queued buffers are freed a batch at a time; with glibc's default 128 KiB
+# trim threshold nearly every batch went back to the kernel and was faulted
+# in again (server/heap_tuning.c).
 @test "basic: at load plugq sets malloc's trim and mmap thresholds, unless the environment sets malloc's own" {
   run timeout 30 "$NBDKIT" -v -U - "$PLUGIN" --run 'exit 0'
   assert_success
