@@ -208,11 +208,11 @@ fua_rate (int fd, int threads, int group, double seconds)
 static int
 fua (const char *dir, int threads, double seconds)
 {
-  int fd = open_file (dir, 0);
-  int half = threads / 2 > 0 ? threads / 2 : 1;
+  int fd, half = threads / 2 > 0 ? threads / 2 : 1;
 
   if (threads < 1 || threads > MAX_FILES)
     return 2;
+  fd = open_file (dir, 0);
   printf ("threads=%d concurrent_fdatasync_writes_per_s=%.0f\n", threads,
           fua_rate (fd, threads, 1, seconds));
   printf ("threads=%d grouped_writes_per_s=%.0f\n", threads,
