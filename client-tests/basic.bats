@@ -349,7 +349,7 @@ EOF
 
 # Queued buffers are freed a batch at a time; with glibc's default 128 KiB
 # trim threshold nearly every batch went back to the kernel and was faulted
-# in again (server/heap_tuning.c).
+# in again (server/buffers/heap_tuning.c).
 @test "basic: at load plugq sets malloc's trim and mmap thresholds, unless the environment sets malloc's own" {
   run timeout 30 "$NBDKIT" -v -U - "$PLUGIN" --run 'exit 0'
   assert_success

@@ -763,7 +763,7 @@ EOF
 # with plugq's 32 MiB mmap threshold, 1 MiB direct writes at QD16 left
 # 1.2 GB resident for a 64 MiB queue, and 64 KiB ones 200 MB.  The bound
 # above, plus the spare mappings a disk keeps for the next buffers (up
-# to min(queue-bytes, 16M), server/buffer_pool.h).
+# to min(queue-bytes, 16M), server/buffers/buffer_pool.h).
 direct_writes_rss() {
   local bs=$1 writes=$2
   skip_if_sanitized_memory

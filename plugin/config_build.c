@@ -13,10 +13,10 @@
 #define NBDKIT_API_VERSION 2
 #include <nbdkit-plugin.h>
 
-#include "backend_type.h"
+#include "backends/backend_type.h"
 #include "config_entries.h"
-#include "linear.h"
-#include "queue.h"
+#include "volume/linear.h"
+#include "queue/queue.h"
 #include "setup.h"
 
 static int

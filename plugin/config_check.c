@@ -14,7 +14,7 @@
 #define NBDKIT_API_VERSION 2
 #include <nbdkit-plugin.h>
 
-#include "backend_type.h"
+#include "backends/backend_type.h"
 #include "config_entries.h"
 #include "setup.h"
 

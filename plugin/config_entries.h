@@ -13,10 +13,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend_type.h"
-#include "linear.h"
-#include "queue.h"
-#include "stats_file.h"
+#include "backends/backend_type.h"
+#include "volume/linear.h"
+#include "queue/queue.h"
+#include "stats/stats_file.h"
 
 #define NAME_MAX_LEN 255
 

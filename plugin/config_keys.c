@@ -26,10 +26,10 @@
 #define NBDKIT_API_VERSION 2
 #include <nbdkit-plugin.h>
 
-#include "backend_type.h"
+#include "backends/backend_type.h"
 #include "config_entries.h"
-#include "config_value.h"
-#include "queue_keys.h"
+#include "common/config_value.h"
+#include "queue/queue_keys.h"
 #include "setup.h"
 
 /* Where queue and backend keys go: the defaults, the last disk=, or

@@ -11,10 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend_type.h"
-#include "elevator.h"
+#include "backends/backend_type.h"
+#include "elevator/elevator.h"
 #include "help_text.h"
-#include "queue.h"
+#include "queue/queue.h"
 
 #define KEY_WIDTH 28
 

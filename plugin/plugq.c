@@ -25,17 +25,17 @@
 #include <nbdkit-plugin.h>
 
 #include "setup.h"
-#include "backend_type.h"
-#include "elevator.h"
-#include "extents.h"
+#include "backends/backend_type.h"
+#include "elevator/elevator.h"
+#include "common/extents.h"
 #include "help_text.h"
-#include "heap_tuning.h"
-#include "linear.h"
-#include "log.h"
-#include "queue.h"
-#include "session.h"
-#include "stats_file.h"
-#include "timer_service.h"
+#include "buffers/heap_tuning.h"
+#include "volume/linear.h"
+#include "common/log.h"
+#include "queue/queue.h"
+#include "queue/session.h"
+#include "stats/stats_file.h"
+#include "queue/timer_service.h"
 
 /* The engine passes extent types through unchanged. */
 _Static_assert (EXTENT_HOLE == NBDKIT_EXTENT_HOLE, "extent hole bit");

@@ -11,9 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "linear.h"
-#include "queue.h"
-#include "stats_file.h"
+#include "volume/linear.h"
+#include "queue/queue.h"
+#include "stats/stats_file.h"
 
 /* What .get_ready built.  Arrays are in command-line order. */
 struct plugq_setup {

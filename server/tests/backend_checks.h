@@ -6,8 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
-#include "extents.h"
+#include "backends/backend.h"
+#include "common/extents.h"
 
 int write_buf (struct backend *, const void *buf, size_t len,
                uint64_t offset);

@@ -9,10 +9,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "clock.h"
+#include "common/clock.h"
 #include "fixtures.h"
 #include "tap.h"
-#include "timer_service.h"
+#include "queue/timer_service.h"
 
 #define TIMEOUT_NS ((uint64_t) TB_TIMEOUT_MS * 1000000)
 

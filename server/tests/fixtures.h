@@ -14,8 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "extents.h"
-#include "queue.h"
+#include "common/extents.h"
+#include "queue/queue.h"
 #include "test_backends.h"
 
 /* ------------------------------------------------------------ waits */

@@ -18,17 +18,17 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend.h"
-#include "elevator.h"
-#include "extents.h"
+#include "backends/backend.h"
+#include "elevator/elevator.h"
+#include "common/extents.h"
 #include "fixtures.h"
-#include "minmax.h"
+#include "common/minmax.h"
 #include "model.h"
-#include "queue.h"
-#include "session.h"
-#include "stats.h"
+#include "queue/queue.h"
+#include "queue/session.h"
+#include "stats/stats.h"
 #include "test_backends.h"
-#include "timer_service.h"
+#include "queue/timer_service.h"
 
 #define KiB (UINT64_C (1024))
 #define MiB (KiB * 1024)

@@ -44,7 +44,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "queue.h"
+#include "queue/queue.h"
 #include "test_backends.h"
 
 /* ------------------------------------------------------------ ops */

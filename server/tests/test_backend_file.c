@@ -19,9 +19,9 @@
 #include <unistd.h>
 #include <linux/loop.h>
 
-#include "backend.h"
-#include "fd_io.h"
-#include "extents.h"
+#include "backends/backend.h"
+#include "common/fd_io.h"
+#include "common/extents.h"
 #include "backend_checks.h"
 #include "tap.h"
 

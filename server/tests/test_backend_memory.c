@@ -17,10 +17,10 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "extents.h"
+#include "backends/backend.h"
+#include "common/extents.h"
 #include "backend_checks.h"
-#include "minmax.h"
+#include "common/minmax.h"
 #include "tap.h"
 
 #define KiB ((uint64_t) 1024)

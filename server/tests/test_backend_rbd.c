@@ -32,13 +32,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "backends/backend.h"
 #include "backend_checks.h"
-#include "backend_rbd.h"
-#include "backend_type.h"
-#include "elevator.h"
-#include "extents.h"
-#include "log.h"
+#include "backends/rbd/backend_rbd.h"
+#include "backends/backend_type.h"
+#include "elevator/elevator.h"
+#include "common/extents.h"
+#include "common/log.h"
 #include "fixtures.h"
 #include "model.h"
 #include "tap.h"

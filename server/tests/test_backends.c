@@ -16,10 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
+#include "common/clock.h"
 #include "fixtures.h"
-#include "lock.h"
-#include "minmax.h"
+#include "common/lock.h"
+#include "common/minmax.h"
 #include "test_backends.h"
 
 struct tb_kind {

@@ -35,7 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
+#include "backends/backend.h"
 
 enum tb_op {
   TB_PREAD,

@@ -8,7 +8,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "buffer_pool.h"
+#include "buffers/buffer_pool.h"
 #include "tap.h"
 
 #define KiB ((size_t) 1024)

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buffer_pool.h"
-#include "data_buffer.h"
+#include "buffers/buffer_pool.h"
+#include "buffers/data_buffer.h"
 #include "tap.h"
 
 #define CASES 5

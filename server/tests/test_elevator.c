@@ -17,8 +17,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "elevator.h"
-#include "piece.h"
+#include "elevator/elevator.h"
+#include "queue/piece.h"
 #include "tap.h"
 
 #define MAX_PIECES 16

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "extents.h"
-#include "minmax.h"
+#include "common/extents.h"
+#include "common/minmax.h"
 #include "tap.h"
 
 #define HZ (EXTENT_HOLE | EXTENT_ZERO)

@@ -8,7 +8,7 @@
 #include <malloc.h>
 #endif
 
-#include "heap_tuning.h"
+#include "buffers/heap_tuning.h"
 #include "tap.h"
 
 #define KiB 1024

@@ -21,13 +21,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "elevator.h"
+#include "elevator/elevator.h"
 #include "fixtures.h"
-#include "linear.h"
-#include "log.h"
-#include "minmax.h"
-#include "queue.h"
-#include "session.h"
+#include "volume/linear.h"
+#include "common/log.h"
+#include "common/minmax.h"
+#include "queue/queue.h"
+#include "queue/session.h"
 #include "tap.h"
 #include "test_backends.h"
 

@@ -1,4 +1,4 @@
-/* plugq: unit tests for the lock ownership checks (server/lock.h).
+/* plugq: unit tests for the lock ownership checks (server/common/lock.h).
  *
  * A check that fails aborts the process, so each case that expects a
  * failure runs in a child and looks for SIGABRT.
@@ -15,11 +15,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "lock.h"
-#include "queue_internal.h"
+#include "backends/backend.h"
+#include "common/lock.h"
+#include "queue/queue_internal.h"
 #include "tap.h"
-#include "timer_service.h"
+#include "queue/timer_service.h"
 
 #define CASES 6
 

@@ -44,11 +44,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "elevator.h"
-#include "minmax.h"
+#include "elevator/elevator.h"
+#include "common/minmax.h"
 #include "fixtures.h"
 #include "model.h"
-#include "queue.h"
+#include "queue/queue.h"
 #include "tap.h"
 
 #define KiB (UINT64_C (1024))

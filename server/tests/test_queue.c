@@ -20,13 +20,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
-#include "elevator.h"
+#include "common/clock.h"
+#include "elevator/elevator.h"
 #include "fixtures.h"
-#include "minmax.h"
-#include "queue.h"
-#include "queue_internal.h"
-#include "session.h"
+#include "common/minmax.h"
+#include "queue/queue.h"
+#include "queue/queue_internal.h"
+#include "queue/session.h"
 #include "tap.h"
 #include "test_backends.h"
 

@@ -1,5 +1,5 @@
 /* plugq: unit tests for requests smaller than the block of a backend that
- * needs aligned I/O (server/queue_align.c).
+ * needs aligned I/O (server/queue/queue_align.c).
  *
  * Every queue here sits on a test backend with min_block 4096: like
  * O_DIRECT, it refuses (EINVAL) any read, write, zero or trim that is not
@@ -21,10 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "elevator.h"
+#include "elevator/elevator.h"
 #include "fixtures.h"
-#include "queue.h"
-#include "session.h"
+#include "queue/queue.h"
+#include "queue/session.h"
 #include "tap.h"
 #include "test_backends.h"
 

@@ -1,4 +1,4 @@
-/* plugq: unit tests for back-pressure (server/queue_room.c): a full
+/* plugq: unit tests for back-pressure (server/queue/queue_room.c): a full
  * queue, the writers waiting for room in it, and who wakes them.
  *
  * A writer woken for room that someone else takes first only goes back
@@ -16,8 +16,8 @@
 #include <stdlib.h>
 
 #include "fixtures.h"
-#include "queue.h"
-#include "queue_internal.h"
+#include "queue/queue.h"
+#include "queue/queue_internal.h"
 #include "tap.h"
 #include "test_backends.h"
 

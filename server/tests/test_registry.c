@@ -20,12 +20,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "backend_type.h"
-#include "elevator.h"
-#include "log.h"
-#include "queue.h"
-#include "queue_keys.h"
+#include "backends/backend.h"
+#include "backends/backend_type.h"
+#include "elevator/elevator.h"
+#include "common/log.h"
+#include "queue/queue.h"
+#include "queue/queue_keys.h"
 #include "tap.h"
 
 /* The plugin's own keys (plugin/config_keys.c), which no backend may

@@ -1,6 +1,6 @@
 /* plugq: unit tests for how many spare aligned buffers a disk keeps
- * (server/buffer_pool.c, the dispatch thread's look at them in
- * server/queue_dispatch.c).
+ * (server/buffers/buffer_pool.c, the dispatch thread's look at them in
+ * server/queue/queue_dispatch.c).
  *
  * A disk whose backend needs aligned memory (O_DIRECT) copies each
  * large write into a mapping from its pool.  While it writes, the pool
@@ -15,10 +15,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "buffer_pool.h"
+#include "buffers/buffer_pool.h"
 #include "fixtures.h"
-#include "queue.h"
-#include "queue_internal.h"
+#include "queue/queue.h"
+#include "queue/queue_internal.h"
 #include "tap.h"
 #include "test_backends.h"
 

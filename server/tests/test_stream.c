@@ -34,8 +34,8 @@
 #include <string.h>
 
 #include "fixtures.h"
-#include "queue.h"
-#include "queue_internal.h"
+#include "queue/queue.h"
+#include "queue/queue_internal.h"
 #include "tap.h"
 #include "test_backends.h"
 

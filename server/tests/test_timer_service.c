@@ -20,10 +20,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "engine_thread.h"
+#include "common/clock.h"
+#include "common/engine_thread.h"
 #include "tap.h"
-#include "timer_service.h"
+#include "queue/timer_service.h"
 
 #define MS (UINT64_C (1000000))
 /* Generous: a loaded machine under ThreadSanitizer is slow to wake. */

@@ -1,0 +1,394 @@
+/* plugq: a disk whose storage is an NBD export on another server.
+ *
+ * Everything goes through libnbd's asynchronous API.  Each remote disk
+ * has its own libev loop in its own thread that watches the connection's
+ * socket and feeds libnbd (nbd_aio_notify_read/write); any thread may
+ * issue commands, then wakes the loop so it watches for the right
+ * direction.  The queue's dispatcher submits merged writes, zeroes and
+ * trims without waiting (several in flight); reads, flushes and extents
+ * are issued the same way and waited for.
+ *
+ * A lost connection fails every command that needed it (libnbd completes
+ * them with an error, which the queue latches for answered writes).  With
+ * reconnect= the loop thread dials again with exponential backoff and
+ * swaps the new connection in once it offers everything the first one
+ * did; until then commands fail at once.
+ *
+ * This file holds the ops, opening and the backend type.  The commands
+ * are in backend_nbd_commands.c; the loop thread, dialling and
+ * reconnecting in backend_nbd_connection.c; backend_nbd.h holds what
+ * they share.
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libnbd.h>
+
+#include "backends/backend.h"
+#include "backend_nbd.h"
+#include "backends/backend_type.h"
+#include "common/config_value.h"
+#include "buffers/iovec.h"
+#include "common/log.h"
+
+#define ZERO_CHUNK (1024 * 1024 * 1024)        /* under NBD's 32-bit count */
+
+/* ------------------------------------------------------------ ops */
+
+static int
+remote_pread (struct backend *b, void *buf, size_t count, uint64_t offset)
+{
+  struct nbd_backend *nb = to_nbd (b);
+
+  return run_sync (nb, issue_pread, buf, count, offset, nb->caps.max_payload);
+}
+
+static int
+remote_flush (struct backend *b)
+{
+  struct nbd_backend *nb = to_nbd (b);
+
+  /* A server that cannot flush writes through (the spec's reading). */
+  if (!nb->caps.can_flush)
+    return 0;
+  return run_sync (nb, issue_flush, NULL, 1, 0, 1);
+}
+
+static int
+remote_cache (struct backend *b, uint64_t count, uint64_t offset)
+{
+  struct nbd_backend *nb = to_nbd (b);
+
+  if (!nb->caps.can_cache)
+    return 0;
+  return run_sync (nb, issue_cache, NULL, count, offset, ZERO_CHUNK);
+}
+
+static int
+remote_extents (struct backend *b, uint64_t count, uint64_t offset,
+             struct extent_list *list)
+{
+  struct nbd_backend *nb = to_nbd (b);
+  struct nbd_op *op;
+
+  if (!nb->caps.can_extents)
+    return extent_list_append (list, offset, count, 0);
+  if ((op = op_new (nb)) == NULL)
+    return -1;
+  op->extents = list;
+  op->extents_offset = offset;
+  /* One command: the answer may be shorter, which callers accept. */
+  if (count > ZERO_CHUNK)
+    count = ZERO_CHUNK;
+  return op_wait (op, issue_chunks (nb, op, issue_block_status, NULL, false,
+                                    count, offset, count));
+}
+
+/* NBD has no vectored write.  A merged write's buffer of SEND_DIRECT
+ * bytes or more (a stream's piece), or a small one between two such,
+ * goes as its own commands from where it is; each run of two or more
+ * smaller buffers is gathered into its place in one bounce buffer and
+ * goes as one command.  Copying every buffer into one command had made
+ * a stream's every byte be copied twice; sending every buffer alone
+ * would split merged small writes into as many commands again.
+ */
+#define SEND_DIRECT (64 * 1024)
+
+static bool
+is_small (const struct iovec *iov, int iovcnt, int i)
+{
+  return i >= 0 && i < iovcnt && iov[i].iov_len < SEND_DIRECT;
+}
+
+/* Whether iov[i] is gathered: small, next to another small one. */
+static bool
+gathered (const struct iovec *iov, int iovcnt, int i)
+{
+  return is_small (iov, iovcnt, i)
+    && (is_small (iov, iovcnt, i - 1) || is_small (iov, iovcnt, i + 1));
+}
+
+static size_t
+gathered_bytes (const struct iovec *iov, int iovcnt)
+{
+  size_t n = 0;
+
+  for (int i = 0; i < iovcnt; i++)
+    if (gathered (iov, iovcnt, i))
+      n += iov[i].iov_len;
+  return n;
+}
+
+/* Copies the run of small buffers from iov[*i] on to dst (iov_copy_out)
+ * and moves *i past it: the run's length.
+ */
+static size_t
+gather_run (char *dst, const struct iovec *iov, int iovcnt, int *i)
+{
+  int first = *i;
+  size_t len = 0;
+
+  for (; is_small (iov, iovcnt, *i); (*i)++)
+    len += iov[*i].iov_len;
+  iov_copy_out (dst, iov + first, *i - first, 0, len);
+  return len;
+}
+
+static int
+issue_write (struct nbd_backend *nb, struct nbd_op *op,
+             const struct backend_io *io)
+{
+  const struct iovec *iov = io->iov;
+  size_t small = gathered_bytes (iov, io->iovcnt);
+  uint64_t offset = io->offset;
+  char *next;
+
+  if (small > 0 && (op->bounce = malloc (small)) == NULL)
+    return -1;
+  next = op->bounce;
+  for (int i = 0; i < io->iovcnt;) {
+    const char *data = iov[i].iov_base;
+    size_t len = iov[i].iov_len;
+
+    if (gathered (iov, io->iovcnt, i)) {
+      data = next;
+      len = gather_run (next, iov, io->iovcnt, &i);
+      next += len;
+    }
+    else
+      i++;
+    if (issue_chunks (nb, op, issue_pwrite, data, true, len, offset,
+                      nb->caps.max_payload) == -1)
+      return -1;
+    offset += len;
+  }
+  return 0;
+}
+
+/* Zeroes on a server without WRITE_ZEROES: writes of a zero buffer. */
+static int
+issue_zero_writes (struct nbd_backend *nb, struct nbd_op *op, uint64_t count,
+                   uint64_t offset)
+{
+  /* The same zero buffer for every chunk: it does not advance. */
+  return issue_chunks (nb, op, issue_pwrite, nb->zeroes, false, count, offset,
+                       nb->caps.max_payload);
+}
+
+static int
+issue_io (struct nbd_backend *nb, struct nbd_op *op,
+          const struct backend_io *io)
+{
+  switch (io->kind) {
+  case OP_WRITE:
+    return issue_write (nb, op, io);
+  case OP_ZERO:
+    if (!nb->caps.can_zero)
+      return issue_zero_writes (nb, op, io->count, io->offset);
+    return issue_chunks (nb, op, io->may_trim ? issue_zero_may_trim
+                         : issue_zero_no_hole, NULL, false, io->count,
+                         io->offset, ZERO_CHUNK);
+  case OP_TRIM:
+    if (!nb->caps.can_trim)
+      return 0;                 /* advisory */
+    return issue_chunks (nb, op, issue_trim, NULL, false, io->count,
+                         io->offset, ZERO_CHUNK);
+  default:
+    errno = EINVAL;
+    return -1;
+  }
+}
+
+/* The one entry for writes, zeroes and trims: sent at once, answered
+ * through io->done from the loop thread.
+ */
+static int
+remote_io (struct backend *b, struct backend_io *io)
+{
+  struct nbd_backend *nb = to_nbd (b);
+  struct nbd_op *op;
+
+  if (io->fua && !nb->caps.can_fua) {
+    errno = EINVAL;
+    return -1;
+  }
+  if ((op = op_new (nb)) == NULL)
+    return -1;
+  op->io = io;
+  op->cmd_flags = io->fua ? LIBNBD_CMD_FLAG_FUA : 0;
+  if (issue_io (nb, op, io) == -1)
+    op_fail (op, errno);
+  /* Commands already sent complete later and report the failure. */
+  op_put (op);
+  return BACKEND_IO_STARTED;
+}
+
+static const struct backend_ops nbd_ops = {
+  .kind = "nbd",
+  .pread = remote_pread,
+  .io = remote_io,
+  .flush = remote_flush,
+  .extents = remote_extents,
+  .cache = remote_cache,
+  .close = nbd_backend_close,
+  .start = remote_start,
+};
+
+/* ------------------------------------------------------------ open */
+
+/* The backend's limits, from what the remote offered at open. */
+static void
+set_limits (struct nbd_backend *nb)
+{
+  const struct remote_caps *c = &nb->caps;
+
+  nb->b.size = c->size;
+  nb->b.limits.minimum = c->minimum;
+  nb->b.limits.preferred = c->preferred;
+  nb->b.limits.maximum = c->max_payload;
+  nb->b.max_write = c->max_payload;
+  nb->b.max_iov = 1024;
+  nb->b.max_in_flight = MAX_IN_FLIGHT;
+  /* Fast zero rides on WRITE_ZEROES: without it zero is emulated. */
+  nb->b.can_fast_zero = c->can_zero && c->can_fast_zero;
+  nb->b.trim_reads_zero = false;
+  nb->b.can_fua = c->can_fua;
+}
+
+struct backend *
+backend_nbd_open (const char *uri, uint64_t reconnect_ns)
+{
+  struct nbd_backend *nb = calloc (1, sizeof *nb);
+
+  if (nb == NULL)
+    goto nomem;
+  nb->watched_fd = -1;
+  lock_init (&nb->lock);
+  lock_init (&nb->spare_lock);
+  if ((nb->uri = strdup (uri)) == NULL)
+    goto nomem;
+  nb->b.ops = &nbd_ops;
+  nb->reconnect_ns = reconnect_ns;
+  /* Connect now (before nbdkit forks) so the size is known when volumes
+   * are built and a wrong URI fails on the terminal.
+   */
+  if ((nb->h = dial (nb, false)) == NULL) {
+    errno = ENOTCONN;
+    goto fail;
+  }
+  if (read_capabilities (nb->h, &nb->caps) == -1) {
+    log_error ("%s: %s", uri, nbd_get_error ());
+    errno = EIO;
+    goto fail;
+  }
+  nb->connected = true;
+  set_limits (nb);
+  if (!nb->caps.can_zero
+      && (nb->zeroes = calloc (1, nb->caps.max_payload)) == NULL)
+    goto nomem;
+  if (asprintf (&nb->b.description, "nbd %s", uri) == -1) {
+    nb->b.description = NULL;
+    goto nomem;
+  }
+  return &nb->b;
+
+nomem:
+  errno = ENOMEM;
+fail:
+  if (nb) {
+    int err = errno;
+
+    nbd_backend_close (&nb->b);
+    errno = err;
+  }
+  return NULL;
+}
+
+/* ------------------------------------------------------------ type */
+
+struct nbd_args {
+  char *uri;
+  uint64_t reconnect_ns;        /* 0: no reconnect= */
+};
+
+static void *
+nbd_new_args (void)
+{
+  return calloc (1, sizeof (struct nbd_args));
+}
+
+/* Only the scheme is checked here; libnbd parses the rest and connects
+ * at open (before nbdkit forks), where its error still reaches the
+ * terminal.
+ */
+static int
+nbd_start (void *args, const char *disk, const char *value)
+{
+  static const char *const schemes[] = {
+    "nbd://", "nbds://", "nbd+unix://", "nbds+unix://",
+  };
+  struct nbd_args *a = args;
+  size_t i;
+
+  for (i = 0; i < sizeof schemes / sizeof schemes[0]; i++)
+    if (strncmp (value, schemes[i], strlen (schemes[i])) == 0)
+      break;
+  if (i == sizeof schemes / sizeof schemes[0]) {
+    log_error ("nbd=%s: not an NBD URI (nbd://, nbds://, nbd+unix://, "
+               "nbds+unix://) (disk=%s)", value, disk);
+    return -1;
+  }
+  if ((a->uri = strdup (value)) == NULL) {
+    log_error ("nbd: %m");
+    return -1;
+  }
+  return 0;
+}
+
+static int
+nbd_set (void *args, const char *disk, const char *key, const char *value)
+{
+  struct nbd_args *a = args;
+
+  return config_parse_delay (key, value, false, &a->reconnect_ns);
+}
+
+static struct backend *
+nbd_open_args (const void *args, bool readonly)
+{
+  const struct nbd_args *a = args;
+
+  return backend_nbd_open (a->uri, a->reconnect_ns);
+}
+
+static void
+nbd_free_args (void *args)
+{
+  struct nbd_args *a = args;
+
+  if (a)
+    free (a->uri);
+  free (a);
+}
+
+const struct backend_type backend_type_nbd = {
+  .name = "nbd",
+  .article = "an",
+  .value_name = "URI",
+  .keys = (const char *const[]) { "reconnect", NULL },
+  .summary = "remote NBD exports",
+  .help =
+  "nbd=<URI>                   Backend of the last disk=: a remote NBD export.\n"
+  "reconnect=<DELAY>           With nbd=: redial a lost server, backoff from DELAY.\n",
+  .new_args = nbd_new_args,
+  .start = nbd_start,
+  .set = nbd_set,
+  .open = nbd_open_args,
+  .free_args = nbd_free_args,
+};

@@ -1,0 +1,358 @@
+/* plugq: the nbd backend's connection to its remote.
+ *
+ * What the remote offers, read at open and again on every reconnect; the
+ * libev loop thread that feeds libnbd from the socket and handles a lost
+ * connection once; dialling, and redialling with backoff until the
+ * remote offers everything it did at open; starting and closing it all.
+ */
+#include <config.h>
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <ev.h>
+#include <libnbd.h>
+
+#include "backends/backend.h"
+#include "backend_nbd.h"
+#include "common/engine_thread.h"
+#include "common/lock.h"
+#include "common/log.h"
+#include "common/minmax.h"
+
+#define MAX_BACKOFF_NS (UINT64_C (30) * 1000000000)
+
+/* ------------------------------------------------------------ capabilities */
+
+static uint32_t
+block_size_or (struct nbd_handle *h, int which, uint32_t fallback)
+{
+  int64_t v = nbd_get_block_size (h, which);
+
+  return v > 0 && v <= UINT32_MAX ? (uint32_t) v : fallback;
+}
+
+/* Read the same way at open and on every reconnect, so that the two
+ * compare like for like.  -1 if the size cannot be had (a handle that is
+ * not connected), with libnbd's error left for the caller.
+ */
+int
+read_capabilities (struct nbd_handle *h, struct remote_caps *c)
+{
+  uint32_t max;
+
+  if ((c->size = nbd_get_size (h)) < 0)
+    return -1;
+  max = block_size_or (h, LIBNBD_SIZE_MAXIMUM, NBD_DEFAULT_PAYLOAD);
+  c->minimum = block_size_or (h, LIBNBD_SIZE_MINIMUM, 1);
+  c->preferred = block_size_or (h, LIBNBD_SIZE_PREFERRED, 4096);
+  if (c->preferred < c->minimum)
+    c->preferred = c->minimum;
+  c->max_payload = MIN (max, (uint32_t) NBD_DEFAULT_PAYLOAD);
+  c->read_only = nbd_is_read_only (h) == 1;
+  c->can_flush = nbd_can_flush (h) == 1;
+  c->can_trim = nbd_can_trim (h) == 1;
+  c->can_zero = nbd_can_zero (h) == 1;
+  c->can_fast_zero = nbd_can_fast_zero (h) == 1;
+  c->can_cache = nbd_can_cache (h) == 1;
+  c->can_fua = nbd_can_fua (h) == 1;
+  c->can_extents =
+    nbd_can_meta_context (h, LIBNBD_CONTEXT_BASE_ALLOCATION) == 1;
+  return 0;
+}
+
+/* Whether a reconnected remote (h) still offers everything this disk was
+ * opened with: NULL if it does, else what it lost, for the log.  Each
+ * loss would have plugq send commands or sizes the remote refuses (or,
+ * for FAST_ZERO, break a promise made to clients).  The preferred block
+ * size is only a hint, so it may change.
+ */
+static const struct {
+  size_t flag;                  /* offset of a bool in struct remote_caps */
+  const char *lost;
+} kept_flags[] = {
+  { offsetof (struct remote_caps, can_zero), "without WRITE_ZEROES" },
+  { offsetof (struct remote_caps, can_fast_zero), "without FAST_ZERO" },
+  { offsetof (struct remote_caps, can_flush), "without FLUSH" },
+  { offsetof (struct remote_caps, can_trim), "without TRIM" },
+  { offsetof (struct remote_caps, can_cache), "without CACHE" },
+  { offsetof (struct remote_caps, can_fua), "without FUA" },
+  { offsetof (struct remote_caps, can_extents),
+    "without base:allocation extents" },
+};
+
+static bool
+caps_flag (const struct remote_caps *c, size_t flag)
+{
+  return *(const bool *) ((const char *) c + flag);
+}
+
+static const char *
+capabilities_still_met (const struct nbd_backend *nb, struct nbd_handle *h)
+{
+  const struct remote_caps *was = &nb->caps;
+  struct remote_caps now;
+
+  if (read_capabilities (h, &now) == -1 || now.size != was->size)
+    return "with a different size";
+  if (now.read_only && !was->read_only)
+    return "read-only";
+  for (size_t i = 0; i < sizeof kept_flags / sizeof kept_flags[0]; i++)
+    if (caps_flag (was, kept_flags[i].flag)
+        && !caps_flag (&now, kept_flags[i].flag))
+      return kept_flags[i].lost;
+  if (now.max_payload < was->max_payload)
+    return "with a smaller maximum payload";
+  if (now.minimum > was->minimum)
+    return "with a larger minimum block size";
+  return NULL;
+}
+
+/* ------------------------------------------------------------ loop */
+
+/* Loop thread: the descriptor the loop watches for the current handle.
+ * libnbd closes a dead connection's socket in whichever thread meets the
+ * error first, and libev's epoll backend aborts on a descriptor closed
+ * under it; a duplicate that only this thread closes (forget_socket)
+ * cannot be.  -1 when the handle has no socket or none could be had.
+ */
+static int
+watched_socket (struct nbd_backend *nb)
+{
+  int fd;
+
+  if (nb->watched_fd >= 0)
+    return nb->watched_fd;
+  fd = nbd_aio_get_fd (nb->h);
+  if (fd >= 0)
+    nb->watched_fd = fcntl (fd, F_DUPFD_CLOEXEC, 0);
+  return nb->watched_fd;
+}
+
+/* Loop thread: the handle whose socket was watched is gone (closed by
+ * nbd_close): the duplicate goes too, after the watcher.
+ */
+static void
+forget_socket (struct nbd_backend *nb)
+{
+  ev_io_stop (nb->loop, &nb->io);
+  if (nb->watched_fd >= 0)
+    close (nb->watched_fd);
+  nb->watched_fd = -1;
+}
+
+/* Loop thread: watch the socket for what libnbd wants next (dir, from
+ * nbd_aio_get_direction).  Each libnbd call takes the handle's lock,
+ * which a thread sending a command holds, so the loop asks libnbd as
+ * little as it can: the descriptor once per handle (watched_socket).
+ */
+static void
+update_watcher (struct nbd_backend *nb, unsigned dir)
+{
+  int events = 0, fd;
+
+  if (!nb->connected) {
+    ev_io_stop (nb->loop, &nb->io);
+    return;
+  }
+  if (dir & LIBNBD_AIO_DIRECTION_READ)
+    events |= EV_READ;
+  if (dir & LIBNBD_AIO_DIRECTION_WRITE)
+    events |= EV_WRITE;
+  if (ev_is_active (&nb->io)
+      && events == (nb->io.events & (EV_READ | EV_WRITE)))
+    return;
+  ev_io_stop (nb->loop, &nb->io);
+  fd = watched_socket (nb);
+  if (fd >= 0 && events) {
+    ev_io_set (&nb->io, fd, events);
+    ev_io_start (nb->loop, &nb->io);
+  }
+}
+
+/* Loop thread: whoever noticed first (a reply, or a command that could
+ * not be sent), the loss is handled here once.  libnbd is asked only
+ * when it wants nothing from the socket (dir 0), which is how a dead or
+ * closed handle looks.
+ */
+static void
+check_lost (struct nbd_backend *nb, unsigned dir)
+{
+  if (nb->lost)
+    return;
+  if (dir == 0 && (nbd_aio_is_dead (nb->h) || nbd_aio_is_closed (nb->h))) {
+    lock_acquire (&nb->lock);
+    nb->connected = false;
+    lock_release (&nb->lock);
+  }
+  if (nb->connected)
+    return;
+  nb->lost = true;
+  nb->refused = NULL;           /* a new loss: say it again */
+  ev_io_stop (nb->loop, &nb->io);
+  log_error ("%s: connection lost%s", nb->uri,
+             nb->reconnect_ns ? ", reconnecting" : "");
+  if (nb->reconnect_ns) {
+    nb->backoff_ns = nb->reconnect_ns;
+    ev_timer_set (&nb->retry, nb->backoff_ns / 1e9, 0.);
+    ev_timer_start (nb->loop, &nb->retry);
+  }
+}
+
+/* Loop thread: after the socket was served, or a command was issued. */
+static void
+look_again (struct nbd_backend *nb)
+{
+  unsigned dir = nbd_aio_get_direction (nb->h);
+
+  check_lost (nb, dir);
+  update_watcher (nb, dir);
+}
+
+static void
+io_cb (struct ev_loop *loop, ev_io *w, int revents)
+{
+  struct nbd_backend *nb = w->data;
+  struct nbd_handle *h = nb->h;   /* only this thread replaces it */
+
+  if (revents & EV_READ)
+    nbd_aio_notify_read (h);
+  if (revents & EV_WRITE)
+    nbd_aio_notify_write (h);
+  look_again (nb);
+}
+
+static void
+wake_cb (struct ev_loop *loop, ev_async *w, int revents)
+{
+  look_again (w->data);
+}
+
+static void
+stop_cb (struct ev_loop *loop, ev_async *w, int revents)
+{
+  ev_break (loop, EVBREAK_ALL);
+}
+
+/* A fresh connection; its callers check it before using it. */
+struct nbd_handle *
+dial (struct nbd_backend *nb, bool quiet)
+{
+  struct nbd_handle *h = nbd_create ();
+
+  if (h == NULL)
+    goto fail;
+  if (nbd_add_meta_context (h, LIBNBD_CONTEXT_BASE_ALLOCATION) == -1
+      || nbd_connect_uri (h, nb->uri) == -1)
+    goto fail;
+  return h;
+fail:
+  if (!quiet)
+    log_error ("nbd=%s: cannot connect: %s", nb->uri, nbd_get_error ());
+  nbd_close (h);
+  return NULL;
+}
+
+static void
+retry_cb (struct ev_loop *loop, ev_timer *w, int revents)
+{
+  struct nbd_backend *nb = w->data;
+  struct nbd_handle *h = dial (nb, true), *old;
+  const char *lost;
+
+  /* A weaker remote is dialled on every backoff step, for as long as it
+   * stays; one line says so, and another only if the reason changes.
+   */
+  if (h && (lost = capabilities_still_met (nb, h)) != NULL) {
+    if (lost != nb->refused)
+      log_error ("%s: came back %s; not using it", nb->uri, lost);
+    nb->refused = lost;
+    nbd_close (h);
+    h = NULL;
+  }
+  if (h == NULL) {
+    nb->backoff_ns = MIN (nb->backoff_ns * 2, MAX_BACKOFF_NS);
+    ev_timer_set (&nb->retry, nb->backoff_ns / 1e9, 0.);
+    ev_timer_start (loop, &nb->retry);
+    return;
+  }
+  lock_acquire (&nb->lock);
+  old = nb->h;
+  nb->h = h;
+  nb->connected = true;
+  lock_release (&nb->lock);
+  nb->lost = false;
+  nbd_close (old);
+  forget_socket (nb);
+  log_error ("%s: reconnected", nb->uri);
+  update_watcher (nb, nbd_aio_get_direction (nb->h));
+}
+
+static void *
+loop_thread (void *arg)
+{
+  struct nbd_backend *nb = arg;
+
+  look_again (nb);
+  ev_run (nb->loop, 0);
+  return NULL;
+}
+
+int
+remote_start (struct backend *b)
+{
+  struct nbd_backend *nb = to_nbd (b);
+
+  nb->loop = engine_loop_new_epoll ();
+  if (nb->loop == NULL) {
+    log_error ("%s: cannot create its event loop", nb->uri);
+    return -1;
+  }
+  ev_io_init (&nb->io, io_cb, -1, 0);
+  nb->io.data = nb;
+  ev_async_init (&nb->wake, wake_cb);
+  nb->wake.data = nb;
+  ev_async_start (nb->loop, &nb->wake);
+  ev_async_init (&nb->stop, stop_cb);
+  ev_async_start (nb->loop, &nb->stop);
+  ev_timer_init (&nb->retry, retry_cb, 0., 0.);
+  nb->retry.data = nb;
+  if (engine_thread_create (&nb->thread, "pq-nbd", loop_thread, nb) == -1) {
+    log_error ("%s: cannot start its I/O thread: %m", nb->uri);
+    return -1;
+  }
+  nb->started = true;
+  return 0;
+}
+
+void
+nbd_backend_close (struct backend *b)
+{
+  struct nbd_backend *nb = to_nbd (b);
+
+  if (nb->started) {
+    ev_async_send (nb->loop, &nb->stop);
+    pthread_join (nb->thread, NULL);
+  }
+  if (nb->loop)
+    ev_loop_destroy (nb->loop);
+  if (nb->h) {
+    if (nb->connected)
+      nbd_shutdown (nb->h, 0);
+    nbd_close (nb->h);
+  }
+  if (nb->watched_fd >= 0)
+    close (nb->watched_fd);
+  ops_free_spares (nb);
+  lock_destroy (&nb->spare_lock);
+  lock_destroy (&nb->lock);
+  free (nb->zeroes);
+  free (nb->uri);
+  free (nb->b.description);
+  free (nb);
+}

@@ -1,0 +1,69 @@
+/* plugq: elevators choose the order in which queued pieces go out.
+ *
+ * The queue keeps its pieces in two orders, by offset and by age, and
+ * guarantees they never overlap, so an elevator only chooses: where the
+ * next dispatch starts, and which piece may follow the last one in the
+ * same backend operation.  A new elevator is one file with one of these
+ * plus its entry in ELEVATORS below; its name, help and the names that
+ * --help, --dump-plugin and elevator='s messages list come from there.
+ */
+#ifndef PLUGQ_ELEVATOR_H
+#define PLUGQ_ELEVATOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "queue/piece.h"
+
+struct elevator_state {
+  struct piece_tree *by_offset;
+  struct piece_list *by_age;
+  uint64_t head;                /* end of the last dispatch (C-LOOK) */
+  /* While a FLUSH waits, pieces up to here must go first; 0 = none. */
+  uint64_t barrier_seq;
+  /* The elevator's own state, set by its init and freed by its exit;
+   * NULL for an elevator without init.
+   */
+  void *private;
+};
+
+struct elevator_ops {
+  const char *name;             /* as elevator= names it */
+  /* One line for --help: what order it dispatches in. */
+  const char *help;
+  /* Optional.  A queue that uses the elevator calls init once, before
+   * its first dispatch and with private NULL, and exit once, after its
+   * last dispatch and only if init returned 0; no dispatch runs during
+   * either.  init sets up private and returns 0, or -1 after log_error,
+   * and then the queue does not start.  exit frees what init set up.
+   */
+  int (*init) (struct elevator_state *);
+  void (*exit) (struct elevator_state *);
+  /* The piece the next dispatch starts with; the queue is not empty. */
+  struct piece *(*first) (struct elevator_state *, uint64_t now_ns);
+  /* The piece that may be merged after prev, or NULL. */
+  struct piece *(*next) (struct elevator_state *, struct piece *prev);
+};
+
+/* The table: every elevator, in the order --help lists them.  A new
+ * elevator joins with one X (name) here, naming the elevator_NAME its
+ * file defines; the declarations and elevator.c's table both come from
+ * this one line.
+ */
+#define ELEVATORS(X) X (deadline) X (noop)
+
+#define ELEVATOR_DECLARE(name) extern const struct elevator_ops elevator_##name;
+ELEVATORS (ELEVATOR_DECLARE)
+
+/* By name, NULL if unknown. */
+const struct elevator_ops *elevator_lookup (const char *name);
+
+/* The table in order: the i-th elevator, NULL past the last. */
+const struct elevator_ops *elevator_at (size_t i);
+
+/* Every name joined with sep ("deadline,noop").  Heap string, NULL if
+ * out of memory.
+ */
+char *elevator_names (const char *sep);
+
+#endif /* PLUGQ_ELEVATOR_H */

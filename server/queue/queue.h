@@ -1,0 +1,93 @@
+/* plugq: one disk's plugged request queue.
+ *
+ * Every disk owns one queue between its clients and its backend, with its
+ * own lock, its own unplug timer and its own dispatch thread.  Nothing here
+ * is shared with any other disk: a flush on one disk never waits on another.
+ *
+ * The queue holds writes, zeroes and trims as non-overlapping pieces: a new
+ * request trims away the parts of older queued pieces it covers, so the
+ * newest data always wins whatever order the elevator dispatches in.  The
+ * elevator chooses where each dispatch starts; the dispatcher then merges
+ * the pieces that follow it back to back into one backend operation.
+ */
+#ifndef PLUGQ_QUEUE_H
+#define PLUGQ_QUEUE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backends/backend.h"
+#include "common/extents.h"
+#include "stats/stats.h"
+
+struct elevator_ops;
+struct timer_service;
+struct queue;
+
+enum ack_mode {
+  ACK_QUEUED,                   /* answer a write once it is queued */
+  ACK_DISPATCHED,               /* answer a write once the backend wrote it */
+};
+
+struct queue_config {
+  const struct elevator_ops *elevator;
+  enum ack_mode ack;
+  uint64_t unplug_delay_ns;
+  uint32_t unplug_thresh;       /* 1 = no plugging, no merging */
+  uint64_t max_merge;           /* bytes in one merged backend operation */
+  uint64_t queue_bytes;         /* queued data before writers wait */
+  uint32_t queue_requests;      /* queued pieces before writers wait */
+  uint64_t write_expire_ns;     /* deadline: no request waits longer */
+  bool bypass;                  /* writes nothing can merge with go around
+                                 * the queue where the backend writes to
+                                 * memory (queue_bypass.c) */
+  uint64_t retry_ns;            /* a write-out short of memory is tried
+                                 * again for this long (not a parameter:
+                                 * tests shorten it) */
+};
+
+/* The defaults, chosen by measurement (docs/tuning.md). */
+void queue_config_defaults (struct queue_config *);
+
+/* Request flags (the engine's own, mapped from NBD by the plugin). */
+#define REQ_FUA       (1u << 0)
+#define REQ_MAY_TRIM  (1u << 1)
+#define REQ_FAST_ZERO (1u << 2)
+
+struct session;                 /* session.h */
+
+/* Takes ownership of backend. */
+struct queue *queue_new (const char *name, struct backend *backend,
+                         const struct queue_config *);
+void queue_free (struct queue *);
+
+/* Threads: start after fork, stop (draining everything) at cleanup. */
+int queue_start (struct queue *, struct timer_service *);
+void queue_stop (struct queue *);
+
+const char *queue_name (const struct queue *);
+const struct backend *queue_backend (const struct queue *);
+const struct queue_config *queue_get_config (const struct queue *);
+
+int queue_pread (struct queue *, void *buf, uint32_t count, uint64_t offset);
+int queue_pwrite (struct queue *, struct session *, const void *buf,
+                  uint32_t count, uint64_t offset, unsigned flags);
+int queue_zero (struct queue *, struct session *, uint64_t count,
+                uint64_t offset, unsigned flags);
+int queue_trim (struct queue *, struct session *, uint64_t count,
+                uint64_t offset, unsigned flags);
+int queue_extents (struct queue *, uint64_t count, uint64_t offset,
+                   struct extent_list *);
+int queue_cache (struct queue *, uint64_t count, uint64_t offset);
+
+/* FLUSH: every write answered before this call is durable when it
+ * returns.  Split in two so a volume can flush its members in parallel.
+ */
+uint64_t queue_flush_start (struct queue *);
+int queue_flush_wait (struct queue *, struct session *, uint64_t ticket);
+int queue_flush (struct queue *, struct session *);
+
+/* A copy of the counters, taken under the queue lock. */
+void queue_stats_snapshot (struct queue *, struct queue_stats *);
+
+#endif /* PLUGQ_QUEUE_H */
