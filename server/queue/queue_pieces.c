@@ -247,6 +247,20 @@ first_reaching (struct piece_tree *tree, uint64_t offset)
   return prev && piece_end (prev) > offset ? prev : p;
 }
 
+/* p loses bytes to a newer request while it is queued: a request that
+ * waits for it must not be answered as durable on p's own backend write
+ * (a FUA write going out with FUA), since the bytes it lost are the
+ * newer request's to write, which may go out without FUA.  Only a
+ * backend flush after the newer piece makes the whole of it durable.
+ */
+static void
+piece_cut (struct queue *q, struct piece *p)
+{
+  queue_assert_locked (q);
+  if (p->waiter)
+    p->waiter->needs_flush = true;
+}
+
 /* Makes [offset, end) free of queued pieces, so the new piece is the
  * only source of those bytes.  In-flight pieces are left alone: they are
  * older, already being written, and the new piece goes out after them.
@@ -268,6 +282,7 @@ cut_overlaps (struct queue *q, uint64_t offset, uint64_t end)
     if (piece_end (head) > end && piece_split_tail (q, head, end) == NULL)
       return -1;
     cut |= CUT_ANY | (flush_covers (q, head) ? CUT_COVERED : 0);
+    piece_cut (q, head);
     piece_drop_back (q, head, offset);
   }
   while (p && p->offset < end) {
@@ -276,8 +291,10 @@ cut_overlaps (struct queue *q, uint64_t offset, uint64_t end)
     cut |= CUT_ANY | (flush_covers (q, p) ? CUT_COVERED : 0);
     if (piece_end (p) <= end)
       piece_superseded (q, p);
-    else
+    else {
+      piece_cut (q, p);
       piece_drop_front (q, p, end);
+    }
     p = next;
   }
   return cut;
