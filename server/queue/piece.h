@@ -30,6 +30,7 @@ struct data_buffer;
 struct completion {
   uint32_t pending;             /* pieces not yet written */
   int err;                      /* first backend errno */
+  uint64_t error_mark;          /* a FUA request's error_mark at arrival */
   bool needs_flush;             /* a piece was written without FUA, or
                                  * superseded: only a backend flush makes
                                  * the request durable */

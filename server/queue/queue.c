@@ -425,6 +425,8 @@ submit (struct queue *q, struct session *s, const struct piece *r,
   if (wait)
     sem_init (&done.written.sem, 0, 0);
   lock_acquire (&q->lock);
+  if (flags & REQ_FUA)
+    done.error_mark = error_mark (q, s);
   wait_for_space (q, r->kind == OP_WRITE ? r->length : 0);
   p = insert_piece (q, s, r, flags, wait ? &done : NULL, &unplugged);
   room_pass_on (q);
@@ -628,6 +630,17 @@ queue_cache (struct queue *q, uint64_t count, uint64_t offset)
 /* ------------------------------------------------------------ flushing */
 
 uint64_t
+queue_error_mark (struct queue *q, struct session *s)
+{
+  uint64_t mark;
+
+  lock_acquire (&q->lock);
+  mark = error_mark (q, s);
+  lock_release (&q->lock);
+  return mark;
+}
+
+uint64_t
 queue_flush_start (struct queue *q)
 {
   uint64_t ticket;
@@ -641,12 +654,13 @@ queue_flush_start (struct queue *q)
 }
 
 int
-queue_flush_wait (struct queue *q, struct session *s, uint64_t ticket)
+queue_flush_wait (struct queue *q, struct session *s, uint64_t ticket,
+                  uint64_t mark)
 {
   uint64_t start = monotonic_ns ();
 
   lock_acquire (&q->lock);
-  return queue_answer (flush_wait_and_unlock (q, s, ticket, start));
+  return queue_answer (flush_wait_and_unlock (q, s, ticket, mark, start));
 }
 
 /* One disk: no other member to overlap with, so the flushing thread
@@ -657,10 +671,13 @@ queue_flush (struct queue *q, struct session *s)
 {
   uint64_t start = monotonic_ns ();
 
+  uint64_t mark;
+
   lock_acquire (&q->lock);
   q->stats.flushes++;
+  mark = error_mark (q, s);
   return queue_answer (flush_wait_and_unlock (q, s, flush_start_locked (q),
-                                              start));
+                                              mark, start));
 }
 
 /* ------------------------------------------------------------ life cycle */
@@ -679,15 +696,16 @@ queue_start (struct queue *q, struct timer_service *ts)
 void
 queue_stop (struct queue *q)
 {
-  uint64_t ticket;
+  uint64_t ticket, mark;
 
   if (!q->dispatcher_started)
     return;
   lock_acquire (&q->lock);
   if (q->state == QUEUE_PLUGGED)
     queue_unplug_locked (q, UNPLUG_DRAIN);
+  mark = error_mark (q, NULL);
   ticket = flush_start_locked (q);
-  if (flush_wait_and_unlock (q, NULL, ticket, 0) != 0)
+  if (flush_wait_and_unlock (q, NULL, ticket, mark, 0) != 0)
     log_error ("%s: data may be lost: the final write-out failed",
                q->name);
   lock_acquire (&q->lock);

@@ -81,10 +81,16 @@ int queue_extents (struct queue *, uint64_t count, uint64_t offset,
 int queue_cache (struct queue *, uint64_t count, uint64_t offset);
 
 /* FLUSH: every write answered before this call is durable when it
- * returns.  Split in two so a volume can flush its members in parallel.
+ * returns, or it fails.  Split so a volume can flush its members in
+ * parallel: the session's error mark first (every write-back error
+ * latched after it fails the FLUSH, however many FLUSHes of the session
+ * run at once), then the ticket, then the wait.  A volume's FUA request
+ * takes each member's mark before it queues its part there.
  */
+uint64_t queue_error_mark (struct queue *, struct session *);
 uint64_t queue_flush_start (struct queue *);
-int queue_flush_wait (struct queue *, struct session *, uint64_t ticket);
+int queue_flush_wait (struct queue *, struct session *, uint64_t ticket,
+                      uint64_t mark);
 int queue_flush (struct queue *, struct session *);
 
 /* A copy of the counters, taken under the queue lock. */

@@ -176,7 +176,7 @@ bypass_write (struct queue *q, struct session *s, const void *buf,
               uint32_t count, uint64_t offset, unsigned flags)
 {
   bool async = backend_is_async (q->backend);
-  uint64_t start_ns;
+  uint64_t start_ns, mark;
   unsigned slot;
   bool fua_flush;
   int err;
@@ -189,6 +189,7 @@ bypass_write (struct queue *q, struct session *s, const void *buf,
   }
   slot = claim_slot (q, count, offset);
   note_request (q, s, OP_WRITE, count, offset, flags);
+  mark = flags & REQ_FUA ? error_mark (q, s) : 0;
   lock_release (&q->lock);
 
   start_ns = monotonic_ns ();
@@ -208,6 +209,6 @@ bypass_write (struct queue *q, struct session *s, const void *buf,
     release_bypass_token (q, flags & REQ_FUA);
   if (fua_flush)
     return queue_answer (flush_wait_and_unlock (q, s, flush_start_locked (q),
-                                                0));
+                                                mark, 0));
   return queue_release_answer (q, err);
 }

@@ -39,9 +39,14 @@
  * Errors: a backend flush that fails fails every ticket of its epoch.
  * A write-out failure that no waiting request hears of (ack=queued) and
  * a failed backend flush are latched (latch_error), as the kernel's
- * errseq_t: each session has a cursor per disk, and its next FLUSH or
- * FUA reports the error once; a session opened after the error is told
- * too if nobody has been yet.
+ * errseq_t: each session has a cursor per disk, and a FLUSH or FUA
+ * reports every error latched after the cursor it found when it
+ * arrived (error_mark), then moves the cursor past it.  So every FLUSH
+ * and FUA that arrived before the error was reported fails, however many
+ * run at once on one connection, and only one that arrives after a
+ * failure was answered may succeed; a session opened after the error is
+ * told too if nobody has been yet.  A volume's FUA across members takes
+ * its mark before it queues the first part (queue_error_mark).
  */
 #include <config.h>
 
@@ -71,7 +76,7 @@ error_cursor (struct queue *q, struct session *s)
     bool existed = q->error.seq > 0
       && session_id (s) <= q->error.sessions_then;
 
-    *slot = q->error.seq > 0 && (existed || !q->error.seen)
+    *slot = q->error.seq > 0 && (existed || q->error.told_seq < q->error.seq)
       ? q->error.seq - 1 : q->error.seq;
   }
   return slot;
@@ -96,14 +101,17 @@ latch_error (struct queue *q, int errnum)
   queue_assert_locked (q);
   q->error.seq++;
   q->error.errnum = errnum;
-  q->error.seen = false;
   q->error.sessions_then = session_generation ();
   q->stats.latched_errors++;
 }
 
-/* The latched error this session has not been told about, or 0. */
-static int
-take_latched_error (struct queue *q, struct session *s)
+/* The session's cursor for this disk as a FLUSH or FUA arriving now
+ * finds it: the errors latched after it are what that request must
+ * report.  With no session (the drain at shutdown), every error not yet
+ * reported to anyone.
+ */
+uint64_t
+error_mark (struct queue *q, struct session *s)
 {
   uint64_t *cursor;
 
@@ -111,16 +119,25 @@ take_latched_error (struct queue *q, struct session *s)
   if (q->error.seq == 0)
     return 0;
   cursor = error_cursor (q, s);
-  if (cursor == NULL) {         /* no session: report what nobody saw */
-    if (q->error.seen)
-      return 0;
-    q->error.seen = true;
-    return q->error.errnum;
-  }
-  if (*cursor >= q->error.seq)
+  return cursor ? *cursor : q->error.told_seq;
+}
+
+/* The latched error a request marked with `mark` must report, or 0;
+ * its session's cursor moves past it.  Requests marked before the same
+ * error all report it, whichever is answered first.
+ */
+static int
+take_latched_error (struct queue *q, struct session *s, uint64_t mark)
+{
+  uint64_t *cursor;
+
+  queue_assert_locked (q);
+  if (q->error.seq <= mark)
     return 0;
-  *cursor = q->error.seq;
-  q->error.seen = true;
+  cursor = error_cursor (q, s);
+  if (cursor && *cursor < q->error.seq)
+    *cursor = q->error.seq;
+  q->error.told_seq = q->error.seq;
   return q->error.errnum;
 }
 
@@ -154,6 +171,7 @@ struct flush_waiter {
   TAILQ_ENTRY (flush_waiter) link;
   uint64_t ticket;
   struct session *session;
+  uint64_t mark;                /* error_mark at the request's arrival */
   uint64_t start_ns;            /* a FLUSH request's arrival, else 0 */
   int err;                      /* the answer */
   struct sleeper answered;      /* .next: answered with it, woken by it */
@@ -162,7 +180,7 @@ struct flush_waiter {
 /* The answer to a ticket whose epoch has ended: 0 or an errno. */
 static int
 flush_answer (struct queue *q, struct session *s, uint64_t ticket,
-              uint64_t start_ns)
+              uint64_t mark, uint64_t start_ns)
 {
   int err, latched;
 
@@ -170,7 +188,7 @@ flush_answer (struct queue *q, struct session *s, uint64_t ticket,
   assert (q->flush.done_epoch >= ticket);
   err = q->flush.failed_epoch >= ticket ? q->flush.failed_errno : 0;
   /* Taken even when the flush failed: that answer tells this session. */
-  latched = take_latched_error (q, s);
+  latched = take_latched_error (q, s, mark);
   if (start_ns)
     latency_record (&q->stats.flush_time, monotonic_ns () - start_ns);
   return err ? err : latched;
@@ -191,7 +209,7 @@ answer_sleepers (struct queue *q)
     if (w->ticket > q->flush.done_epoch)
       continue;
     TAILQ_REMOVE (&q->flush.sleepers, w, link);
-    w->err = flush_answer (q, w->session, w->ticket, w->start_ns);
+    w->err = flush_answer (q, w->session, w->ticket, w->mark, w->start_ns);
     w->answered.next = NULL;
     *tail = &w->answered;
     tail = &w->answered.next;
@@ -205,10 +223,10 @@ answer_sleepers (struct queue *q)
  */
 static int
 sleep_until_answered (struct queue *q, struct session *s, uint64_t ticket,
-                      uint64_t start_ns)
+                      uint64_t mark, uint64_t start_ns)
 {
   struct flush_waiter w = {
-    .ticket = ticket, .session = s, .start_ns = start_ns,
+    .ticket = ticket, .session = s, .mark = mark, .start_ns = start_ns,
   };
 
   queue_assert_locked (q);
@@ -223,8 +241,9 @@ sleep_until_answered (struct queue *q, struct session *s, uint64_t ticket,
 
 /* Step 4: waits for the ticket's epoch, helping to write the queue out
  * while it can (run_queue_until_flushed), then asleep.  Returns 0 or an
- * errno; q->lock held on entry, released on return.  start_ns, when not
- * 0, is a FLUSH request's arrival, for its latency.
+ * errno; q->lock held on entry, released on return.  mark is the
+ * request's error_mark at its arrival; start_ns, when not 0, a FLUSH
+ * request's arrival, for its latency.
  *
  * Not woken by every written batch: a FUA stream keeps a dozen threads
  * here, and waking them all for each batch costs context switches.
@@ -233,15 +252,15 @@ sleep_until_answered (struct queue *q, struct session *s, uint64_t ticket,
  */
 int
 flush_wait_and_unlock (struct queue *q, struct session *s, uint64_t ticket,
-                       uint64_t start_ns)
+                       uint64_t mark, uint64_t start_ns)
 {
   int err;
 
   queue_assert_locked (q);
   while (q->flush.done_epoch < ticket)
     if (!run_queue_until_flushed (q, ticket))
-      return sleep_until_answered (q, s, ticket, start_ns);
-  err = flush_answer (q, s, ticket, start_ns);
+      return sleep_until_answered (q, s, ticket, mark, start_ns);
+  err = flush_answer (q, s, ticket, mark, start_ns);
   lock_release (&q->lock);
   return err;
 }
@@ -258,7 +277,8 @@ fua_wait_and_unlock (struct queue *q, struct session *s,
   int err;
 
   queue_assert_locked (q);
-  err = flush_wait_and_unlock (q, s, flush_start_locked (q), 0);
+  err = flush_wait_and_unlock (q, s, flush_start_locked (q),
+                               done->error_mark, 0);
   return done->err ? done->err : err;
 }
 
@@ -275,8 +295,9 @@ fua_written_and_unlock (struct queue *q, struct session *s,
 
   queue_assert_locked (q);
   if (done->needs_flush)
-    return flush_wait_and_unlock (q, s, flush_start_locked (q), 0);
-  err = take_latched_error (q, s);
+    return flush_wait_and_unlock (q, s, flush_start_locked (q),
+                                  done->error_mark, 0);
+  err = take_latched_error (q, s, done->error_mark);
   lock_release (&q->lock);
   return err;
 }

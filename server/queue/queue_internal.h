@@ -84,7 +84,7 @@ struct flush_state {
 struct latched_error {
   uint64_t seq;                 /* bumped on every error */
   int errnum;
-  bool seen;
+  uint64_t told_seq;            /* the newest reported to anybody */
   uint64_t sessions_then;       /* session generation at the latest error */
 };
 
@@ -311,7 +311,7 @@ int cut_overlaps (struct queue *, uint64_t offset, uint64_t end);
 /* queue_flush.c */
 uint64_t flush_start_locked (struct queue *);
 int flush_wait_and_unlock (struct queue *, struct session *, uint64_t ticket,
-                           uint64_t start_ns);
+                           uint64_t mark, uint64_t start_ns);
 int fua_wait_and_unlock (struct queue *, struct session *,
                          const struct completion *);
 int fua_written_and_unlock (struct queue *, struct session *,
@@ -321,6 +321,7 @@ bool flush_due (const struct queue *);
 void backend_flush_locked (struct queue *);
 void session_writes_here (struct queue *, struct session *);
 void latch_error (struct queue *, int errnum);
+uint64_t error_mark (struct queue *, struct session *);
 
 /* queue_stream.c */
 void note_write_end (struct queue *, uint64_t end);

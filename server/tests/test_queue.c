@@ -2129,7 +2129,7 @@ test_async_flush_not_overtaken (void)
     test_backend_step (tb, TB_PWRITEV, 1);
   ok = ok && CHECK (test_backend_wait_count (tb, TB_FLUSH, 1));
   ok = ok && CHECK (test_backend_count (tb, TB_PWRITEV) == 1);
-  ok = ok && CHECK (queue_flush_wait (q, NULL, ticket) == 0);
+  ok = ok && CHECK (queue_flush_wait (q, NULL, ticket, 0) == 0);
   test_backend_release (tb, TB_PWRITEV);
   ok = ok && CHECK (queue_flush (q, NULL) == 0);
   ok = ok && CHECK (test_backend_holds (tb, 'N', 4 * KiB, MiB));

@@ -296,31 +296,33 @@ for_each_part (struct linear *l, uint64_t count, uint64_t offset,
   return 0;
 }
 
-/* Starts a flush on every one of members before waiting for any, so
- * their dispatch threads drain and flush at the same time.  One member
- * flushes on this thread instead: there is nothing to overlap it with.
+/* A member a volume's FLUSH or FUA request flushes: its error mark,
+ * taken when the request reached it (queue_error_mark), and its ticket.
+ */
+struct member_flush {
+  struct queue *q;
+  uint64_t mark;
+  uint64_t ticket;
+};
+
+/* Starts a flush on every member before waiting for any, so their
+ * dispatch threads drain and flush at the same time.
  */
 static int
-flush_members (struct queue *const *members, size_t n, struct session *s)
+flush_members (struct member_flush *m, size_t n, struct session *s)
 {
-  SMALL_VEC (uint64_t, 8) tickets;
   int first_err = 0;
 
-  if (n == 1)
-    return queue_flush (members[0], s);
-  small_vec_init (&tickets);
-  if (small_vec_reserve (&tickets, n) == -1)
-    return -1;
   for (size_t i = 0; i < n; i++)
-    tickets.v[tickets.len++] = queue_flush_start (members[i]);
+    m[i].ticket = queue_flush_start (m[i].q);
   /* Wait for all, even after an error: each member must still be told
    * its latched errors were reported, and a failed member must not
    * hide whether the others made it.
    */
   for (size_t i = 0; i < n; i++)
-    if (queue_flush_wait (members[i], s, tickets.v[i]) == -1 && !first_err)
+    if (queue_flush_wait (m[i].q, s, m[i].ticket, m[i].mark) == -1
+        && !first_err)
       first_err = errno;
-  small_vec_free (&tickets);
   if (first_err) {
     errno = first_err;
     return -1;
@@ -376,26 +378,34 @@ cache_part (struct part *p, void *arg)
   return queue_cache (p->row->disk, p->length, p->disk_offset);
 }
 
-/* Room for every distinct member a FUA request hands a part to. */
+/* Every distinct member a FUA request hands a part to, marked before
+ * its first part there is queued: a write-back error of that part is
+ * then this request's to report, even if a FLUSH of the same
+ * connection reports it first.
+ */
 struct fua_args {
   part_fn fn;
   void *arg;
-  SMALL_VEC (struct queue *, 8) touched;
+  struct session *session;
+  SMALL_VEC (struct member_flush, 8) touched;
 };
 
 static int
 fua_part (struct part *p, void *arg)
 {
   struct fua_args *f = arg;
+  struct queue *q = p->row->disk;
   size_t i = 0;
 
   /* A member can hold several rows: flush it once however many parts
    * went to it.
    */
-  while (i < f->touched.len && f->touched.v[i] != p->row->disk)
+  while (i < f->touched.len && f->touched.v[i].q != q)
     i++;
   if (i == f->touched.len)
-    f->touched.v[f->touched.len++] = p->row->disk;
+    f->touched.v[f->touched.len++] = (struct member_flush) {
+      .q = q, .mark = queue_error_mark (q, f->session),
+    };
   return f->fn (p, f->arg);
 }
 
@@ -427,7 +437,7 @@ static int
 submit_parts (struct linear *l, uint64_t count, uint64_t offset, part_fn fn,
               struct io_args *a)
 {
-  struct fua_args f = { .fn = fn, .arg = a };
+  struct fua_args f = { .fn = fn, .arg = a, .session = a->session };
   int err = 0;
 
   if (!(a->flags & REQ_FUA) || in_one_row (l, count, offset))
@@ -567,7 +577,24 @@ linear_extents (struct linear *l, uint64_t count, uint64_t offset,
 int
 linear_flush (struct linear *l, struct session *s)
 {
-  return flush_members (l->members, l->nr_members, s);
+  SMALL_VEC (struct member_flush, 8) m;
+  int r;
+
+  /* One member: nothing to overlap its flush with, so this thread does
+   * the work itself instead of waking the dispatch thread for it.
+   */
+  if (l->nr_members == 1)
+    return queue_flush (l->members[0], s);
+  small_vec_init (&m);
+  if (small_vec_reserve (&m, l->nr_members) == -1)
+    return -1;
+  for (size_t i = 0; i < l->nr_members; i++)
+    m.v[m.len++] = (struct member_flush) {
+      .q = l->members[i], .mark = queue_error_mark (l->members[i], s),
+    };
+  r = flush_members (m.v, m.len, s);
+  small_vec_free (&m);
+  return r;
 }
 
 int
