@@ -567,6 +567,12 @@ expect_read(hm2, 4096, pattern(5, 4096), "a new connection to the memory disk")
 check_problems(P)
 EOF
   kill -0 "$(plugq_pid)" || fail "plugq exited after its remotes were lost"
+  # The final flush of each lost remote fails at shutdown: what was
+  # written there since its last flush may be gone, and the exit status
+  # says so.
+  stop_plugq && fail "nbdkit exited 0 though the final flushes failed"
+  [ "$PLUGQ_STATUS" = 1 ]
+  grep -q "r1: data may be lost" "$PLUGQ_LOG"
 }
 
 @test "nbd: reconnect= dials a new remote on the same socket, and new writes land there" {

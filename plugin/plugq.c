@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #define NBDKIT_API_VERSION 2
 #include <nbdkit-plugin.h>
@@ -99,13 +100,27 @@ build_texts (void)
     plugin.description = description;
 }
 
-/* nbdkit's last call into the plugin: nothing reads the texts after it. */
+/* Set by .cleanup when answered data may have been lost in the final
+ * drain (queue_stop logged what).
+ */
+static bool final_write_out_failed;
+
+/* nbdkit's last call into the plugin: nothing reads the texts after it.
+ * nbdkit 1.32 exits 0 after a clean shutdown whatever its plugin says,
+ * and systemd and scripts must see that answered data was lost, so a
+ * failed final write-out ends the process here with status 1, after
+ * everything else is done (nbdkit only frees memory after .unload).
+ */
 static void
 plugq_unload (void)
 {
   free (help_keys);
   free (description);
   help_keys = description = NULL;
+  if (final_write_out_failed) {
+    fflush (NULL);
+    _exit (EXIT_FAILURE);
+  }
 }
 
 /* ---------------------------------------------------------------- config */
@@ -192,7 +207,8 @@ plugq_cleanup (void)
   size_t i;
 
   for (i = 0; i < nr_started; i++)
-    queue_stop (setup.disks[i]);
+    if (queue_stop (setup.disks[i]) == -1)
+      final_write_out_failed = true;
   nr_started = 0;
   if (stats_writer) {
     stats_file_stop (stats_writer);

@@ -693,21 +693,24 @@ queue_start (struct queue *q, struct timer_service *ts)
 }
 
 /* Drains everything and makes it durable before the threads go. */
-void
+int
 queue_stop (struct queue *q)
 {
   uint64_t ticket, mark;
+  int r = 0;
 
   if (!q->dispatcher_started)
-    return;
+    return 0;
   lock_acquire (&q->lock);
   if (q->state == QUEUE_PLUGGED)
     queue_unplug_locked (q, UNPLUG_DRAIN);
   mark = error_mark (q, NULL);
   ticket = flush_start_locked (q);
-  if (flush_wait_and_unlock (q, NULL, ticket, mark, 0) != 0)
+  if (flush_wait_and_unlock (q, NULL, ticket, mark, 0) != 0) {
     log_error ("%s: data may be lost: the final write-out failed",
                q->name);
+    r = -1;
+  }
   lock_acquire (&q->lock);
   q->stopping = true;
   pthread_cond_signal (&q->dispatch_wake);
@@ -715,6 +718,7 @@ queue_stop (struct queue *q)
   pthread_join (q->dispatcher, NULL);
   q->dispatcher_started = false;
   unplug_timer_cancel (&q->timer);
+  return r;
 }
 
 void

@@ -61,9 +61,13 @@ struct queue *queue_new (const char *name, struct backend *backend,
                          const struct queue_config *);
 void queue_free (struct queue *);
 
-/* Threads: start after fork, stop (draining everything) at cleanup. */
+/* Threads: start after fork, stop (draining everything) at cleanup.
+ * queue_stop: 0, or -1 when answered data may be lost (the final
+ * write-out or flush failed, or a write-back error was never reported
+ * to any client), which it has logged.
+ */
 int queue_start (struct queue *, struct timer_service *);
-void queue_stop (struct queue *);
+int queue_stop (struct queue *);
 
 const char *queue_name (const struct queue *);
 const struct backend *queue_backend (const struct queue *);
