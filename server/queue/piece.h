@@ -69,6 +69,11 @@ struct piece {
    * merge: they count as queued requests while it is queued.
    */
   uint32_t appended;
+  /* Its write-back failed and nobody waits for it: queued again on the
+   * failing list instead of by_age, until it is tried again
+   * (queue_failing.c).
+   */
+  bool failing;
 };
 
 RB_HEAD (piece_tree, piece);

@@ -65,6 +65,7 @@ queue_init_fields (struct queue *q, struct backend *backend,
   RB_INIT (&q->by_offset);
   TAILQ_INIT (&q->by_age);
   RB_INIT (&q->in_flight);
+  TAILQ_INIT (&q->failing.pieces);
   TAILQ_INIT (&q->spare_pieces);
   data_buffer_spares_init (&q->spare_buffers);
   q->max_holders = !backend_is_async (backend) && backend->max_writers > 1
@@ -254,13 +255,16 @@ behind_busy_stream (struct queue *q, const struct piece *p)
 
 /* ------------------------------------------------------------ submitting */
 
-/* Inline: every write looks, and the queue is rarely full. */
-static inline void
+/* Inline: every write looks, and the queue is rarely full.  0, or the
+ * errno the writer fails with (wait_for_space_slow).
+ */
+static inline int
 wait_for_space (struct queue *q, uint64_t bytes)
 {
   queue_assert_locked (q);
   if (__builtin_expect (queue_full (q, bytes), 0))
-    wait_for_space_slow (q, bytes);
+    return wait_for_space_slow (q, bytes);
+  return 0;
 }
 
 /* Whether a request's range is one this disk serves: 0, or -1 with
@@ -427,13 +431,15 @@ submit (struct queue *q, struct session *s, const struct piece *r,
   lock_acquire (&q->lock);
   if (flags & REQ_FUA)
     done.error_mark = error_mark (q, s);
-  wait_for_space (q, r->kind == OP_WRITE ? r->length : 0);
-  p = insert_piece (q, s, r, flags, wait ? &done : NULL, &unplugged);
+  err = wait_for_space (q, r->kind == OP_WRITE ? r->length : 0);
+  p = err ? NULL
+    : insert_piece (q, s, r, flags, wait ? &done : NULL, &unplugged);
   room_pass_on (q);
   if (p == NULL) {
     lock_release (&q->lock);
     data_buffer_put (r->buf);
-    err = ENOMEM;
+    if (err == 0)
+      err = ENOMEM;
   }
   else if (wait)
     err = wait_for_request (q, s, p, flags, &done);
@@ -493,7 +499,10 @@ submit_append (struct queue *q, struct session *s, const void *buf,
   bool appended;
 
   lock_acquire (&q->lock);
-  wait_for_space (q, count);
+  if (wait_for_space (q, count) != 0) {
+    lock_release (&q->lock);
+    return APPEND_DECLINED;     /* submit answers the error */
+  }
   appended = append_to_stream (q, s, buf, count, offset);
   room_pass_on (q);
   if (appended)
@@ -705,6 +714,7 @@ queue_stop (struct queue *q)
   if (q->state == QUEUE_PLUGGED)
     queue_unplug_locked (q, UNPLUG_DRAIN);
   mark = error_mark (q, NULL);
+  q->failing.retry_at_ns = 0;   /* one more try for what failed */
   ticket = flush_start_locked (q);
   if (flush_wait_and_unlock (q, NULL, ticket, mark, 0) != 0) {
     log_error ("%s: data may be lost: the final write-out failed",
@@ -712,6 +722,7 @@ queue_stop (struct queue *q)
     r = -1;
   }
   lock_acquire (&q->lock);
+  failing_drop_all (q);
   q->stopping = true;
   pthread_cond_signal (&q->dispatch_wake);
   lock_release (&q->lock);

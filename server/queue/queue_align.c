@@ -96,8 +96,8 @@ extend_back (struct queue *q, struct batch *b, uint64_t now)
     struct piece *last = TAILQ_LAST (&b->pieces, piece_list);
     struct piece *next = first_reaching (&q->by_offset, end);
 
-    if (next == NULL || next->offset != end || !piece_can_follow (last, next)
-        || !batch_may_grow (q, b, next)
+    if (next == NULL || next->offset != end || next->failing
+        || !piece_can_follow (last, next) || !batch_may_grow (q, b, next)
         || in_flight_between (q, end, block_up (q, piece_end (next))))
       return;
     batch_add (q, b, next, now);
@@ -113,7 +113,7 @@ extend_front (struct queue *q, struct batch *b, uint64_t now)
     struct piece *first = TAILQ_FIRST (&b->pieces);
     struct piece *prev = first_reaching (&q->by_offset, b->offset - 1);
 
-    if (prev == NULL || piece_end (prev) != b->offset
+    if (prev == NULL || piece_end (prev) != b->offset || prev->failing
         || !piece_can_follow (prev, first) || !batch_may_grow (q, b, prev)
         || in_flight_between (q, block_down (q, prev->offset), b->offset))
       return;

@@ -67,13 +67,14 @@ continuation_in_flight (struct queue *q, const struct piece *p)
 }
 
 /* A piece that may not start a batch now: it overlaps an operation in
- * flight, or waits behind a busy stream (piece_held).
+ * flight, waits behind a busy stream (piece_held), or waits for its
+ * failed write-back to be tried again (failing).
  */
 static bool
 must_wait (struct queue *q, const struct piece *p)
 {
   queue_assert_locked (q);
-  return piece_held (q, p) || overlaps_in_flight (q, p);
+  return p->failing || piece_held (q, p) || overlaps_in_flight (q, p);
 }
 
 /* When the elevator's choice must wait, the oldest pieces that need not
@@ -235,7 +236,7 @@ batch_take (struct queue *q)
     struct piece *next = q->cfg.elevator->next (&q->elevator, p);
 
     batch_add (q, b, p, now);
-    if (next == NULL || !batch_within_limits (q, b, next)
+    if (next == NULL || next->failing || !batch_within_limits (q, b, next)
         || continuation_in_flight (q, next) || !batch_has_room (b))
       break;
     p = next;
@@ -310,8 +311,10 @@ batch_prepare (struct batch *b)
 /* A write-out that failed for want of memory (here, in libnbd, on a
  * remote server or in the kernel) is tried again, backing off, while
  * its pieces stay in flight: reads still see them, no newer write over
- * the same bytes can overtake them, and a FLUSH waits for them.  Only a
- * shortage that outlasts retry_ns costs answered data, and is latched.
+ * the same bytes can overtake them, and a FLUSH waits for them.  A
+ * shortage that outlasts retry_ns fails the write-out as any other error
+ * does: its waiters are told, and answered pieces are kept as failing
+ * (queue_failing.c).
  */
 #define RETRY_FIRST_NS (1 * NS_PER_MS)
 #define RETRY_MAX_NS (1000 * NS_PER_MS)
@@ -369,27 +372,24 @@ next_retry_ns (const struct queue *q)
 
 /* ------------------------------------------------------------ completion */
 
-/* One piece of a completed batch: counted, its waiter told, freed. */
+/* One piece of a completed batch: counted, its waiter told, freed; or,
+ * answered already and failed, queued again (queue_failing.c).
+ */
 static void
 piece_complete (struct queue *q, const struct batch *b, struct piece *p,
-                int err, uint64_t now, bool *latched,
-                struct sleeper **wake_later)
+                int err, uint64_t now, struct sleeper **wake_later)
 {
   struct op_counters *c = &q->stats.op[p->kind];
 
   RB_REMOVE (piece_tree, &q->in_flight, p);
   piece_gone (q, p);
   q->stats.in_flight--;
+  if (err && !p->waiter && piece_keep_failed (q, p, err, now))
+    return;
   c->ticks_ms_x1000 += (now - p->arrival_ns) / 1000;
   q->stats.time_in_queue_us += (now - p->arrival_ns) / 1000;
   if (err && p->waiter && p->waiter->err == 0)
     p->waiter->err = err;
-  else if (err && !p->waiter && !*latched) {
-    latch_error (q, err);       /* nobody left to tell but a flush */
-    log_error ("%s: write-back failed: %s (reported on the next flush)",
-               q->name, strerror (err));
-    *latched = true;
-  }
   piece_written (q, p, b->fua && err == 0, wake_later);
   piece_release (q, p);
 }
@@ -405,11 +405,12 @@ batch_complete (struct queue *q, struct batch *b, int err,
 {
   uint64_t now = b->finished_ns;
   struct piece *p;
-  bool latched = false;
 
   queue_assert_locked (q);
   if (err == ENOMEM && batch_retry_later (q, b, now))
     return;
+  if (err == 0 && q->failing.since_ns)
+    failing_note_success (q, now);
   count_backend_op (q, b->kind, b->bytes, b->nr_pieces, now - b->issued_ns,
                     err);
   q->stats.op[b->kind].merges += b->requests - 1;
@@ -417,7 +418,7 @@ batch_complete (struct queue *q, struct batch *b, int err,
     TAILQ_REMOVE (&b->pieces, p, batch);
     if (p->waiter && b->requests > 1)
       q->stats.waiting_merged++;
-    piece_complete (q, b, p, err, now, &latched, wake_later);
+    piece_complete (q, b, p, err, now, wake_later);
   }
   q->nr_batches--;
   q->batches_done++;            /* frees the pieces held behind it */

@@ -205,6 +205,8 @@ dispatch_step (struct queue *q, unsigned round)
     dispatch_batches (q, b, 1);
     return true;
   }
+  if (q->failing.count && failing_retry (q, monotonic_ns ()))
+    return true;
   if (flush_due (q)) {
     backend_flush_locked (q);
     return true;
@@ -228,7 +230,7 @@ static bool
 dispatcher_needed (const struct queue *q)
 {
   queue_assert_locked (q);
-  return q->stopping || flush_due (q) || q->retrying
+  return q->stopping || flush_due (q) || q->retrying || q->failing.count
     || (can_dispatch (q) && !should_replug (q));
 }
 
@@ -426,7 +428,7 @@ run_queue_until_flushed (struct queue *q, uint64_t ticket)
 static void
 dispatcher_sleep (struct queue *q)
 {
-  uint64_t retry = next_retry_ns (q);
+  uint64_t retry = MIN (next_retry_ns (q), failing_retry_ns (q));
 
   if (q->spares_look_ns && q->spares_look_ns < retry)
     lock_wait_until (&q->dispatch_wake, &q->lock, q->spares_look_ns);

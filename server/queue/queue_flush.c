@@ -143,11 +143,18 @@ take_latched_error (struct queue *q, struct session *s, uint64_t mark)
 
 /* ------------------------------------------------------------ tickets */
 
-/* Step 1: the barrier, the unplug, the ticket. */
+/* Step 1: the barrier, the unplug, the ticket.  Answered data whose
+ * write-back failed is tried again at once: a client that retries its
+ * FLUSH once the backend can take the data (qemu after an ENOSPC pause)
+ * must not wait for the retry's backoff, nor be told of a failure that
+ * is over.
+ */
 uint64_t
 flush_start_locked (struct queue *q)
 {
   queue_assert_locked (q);
+  if (q->failing.count)
+    q->failing.retry_at_ns = 0;
   q->flush.wanted = true;
   if (q->next_seq > q->flush.barrier_seq)
     q->flush.barrier_seq = q->next_seq;
@@ -355,6 +362,10 @@ backend_flush_locked (struct queue *q)
 {
   uint64_t epoch = q->flush.next_epoch++;
   bool lend = backend_is_async (q->backend);
+  /* Answered data it covers that could not be written yet: the flush
+   * makes the rest durable, and answers with that data's errno.
+   */
+  int unwritten = failing_error_for (q, q->flush.barrier_seq);
   int err = 0;
 
   queue_assert_locked (q);
@@ -381,6 +392,10 @@ backend_flush_locked (struct queue *q)
     latch_error (q, err);
     log_error ("%s: backend flush failed: %s (reported on each"
                " connection's next flush)", q->name, strerror (err));
+  }
+  else if (unwritten) {
+    q->flush.failed_epoch = epoch;
+    q->flush.failed_errno = unwritten;
   }
   q->flush.done_epoch = epoch;
   answer_sleepers (q);

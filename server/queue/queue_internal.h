@@ -20,6 +20,8 @@
  *   queue_stream.c   sequential streams: telling them, and appending
  *                    their writes to the newest queued piece
  *   queue_spares.c   giving back the spare buffers of a disk gone quiet
+ *   queue_failing.c  answered writes whose write-back failed: kept,
+ *                    tried again, and what FLUSH and writers are told
  *
  * Locking: every field below is protected by q->lock unless it says
  * otherwise.  A helper that needs the lock starts with
@@ -80,7 +82,19 @@ struct flush_state {
   struct flush_sleepers sleepers;
 };
 
-/* Write-back errors of answered writes, as the kernel's errseq_t. */
+/* Answered pieces whose write-back failed (queue_failing.c). */
+struct failing_state {
+  struct piece_list pieces;     /* in by_offset too; by sequence number */
+  uint32_t count;
+  int errnum;                   /* the latest failure's */
+  uint64_t retry_at_ns;         /* when they go out again */
+  uint64_t delay_ns;            /* the next delay, doubling */
+  uint64_t since_ns;            /* the first failure since all went well */
+};
+
+/* Errors of answered data that the backend lost after taking it (a
+ * failed backend flush), as the kernel's errseq_t.
+ */
 struct latched_error {
   uint64_t seq;                 /* bumped on every error */
   int errnum;
@@ -219,6 +233,7 @@ struct queue {
 
   struct flush_state flush;
   struct latched_error error;
+  struct failing_state failing;
 
   struct unplug_timer timer;    /* lock-free; see timer_service.h */
   pthread_t dispatcher;         /* touched by start and stop only */
@@ -322,6 +337,16 @@ void backend_flush_locked (struct queue *);
 void session_writes_here (struct queue *, struct session *);
 void latch_error (struct queue *, int errnum);
 uint64_t error_mark (struct queue *, struct session *);
+
+/* queue_failing.c */
+bool piece_keep_failed (struct queue *, struct piece *, int err,
+                        uint64_t now);
+bool failing_retry (struct queue *, uint64_t now);
+uint64_t failing_retry_ns (const struct queue *);
+void failing_note_success (struct queue *, uint64_t now);
+int failing_error_for (const struct queue *, uint64_t barrier_seq);
+int failing_blocks_writers (const struct queue *);
+void failing_drop_all (struct queue *);
 
 /* queue_stream.c */
 void note_write_end (struct queue *, uint64_t end);
@@ -508,9 +533,11 @@ queue_full (const struct queue *q, uint64_t bytes)
 }
 
 /* Back-pressure on a full queue: the writer helps write it out, or
- * sleeps until room is passed to it.  Drops q->lock meanwhile.
+ * sleeps until room is passed to it.  Drops q->lock meanwhile.  0, or
+ * the errno of answered data failing to be written back, which fills the
+ * queue for as long as it fails (queue_failing.c).
  */
-void wait_for_space_slow (struct queue *, uint64_t bytes);
+int wait_for_space_slow (struct queue *, uint64_t bytes);
 /* A completion freed a backend slot: whether to wake a writer waiting
  * for room to use it (signalled once the caller drops q->lock).
  */

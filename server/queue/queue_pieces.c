@@ -79,7 +79,8 @@ pieces_free (struct queue *q)
   struct piece *p;
 
   queue_assert_locked (q);
-  while ((p = TAILQ_FIRST (&q->by_age)) != NULL) {
+  while ((p = TAILQ_FIRST (&q->by_age)) != NULL
+         || (p = TAILQ_FIRST (&q->failing.pieces)) != NULL) {
     queue_unlink (q, p);
     piece_release (q, p);
   }
@@ -101,12 +102,35 @@ account_bytes (struct queue *q, const struct piece *p, int64_t delta)
     q->queued_bytes += delta;
 }
 
+/* A failing piece joins the failing list in sequence order, after
+ * `after` when given (a fragment of it).
+ */
+static void
+failing_list_insert (struct queue *q, struct piece *p, struct piece *after)
+{
+  struct piece_list *list = &q->failing.pieces;
+
+  queue_assert_locked (q);
+  if (after == NULL) {
+    after = TAILQ_LAST (list, piece_list);
+    while (after && after->seq > p->seq)
+      after = TAILQ_PREV (after, piece_list, by_age);
+  }
+  if (after)
+    TAILQ_INSERT_AFTER (list, after, p, by_age);
+  else
+    TAILQ_INSERT_HEAD (list, p, by_age);
+  q->failing.count++;
+}
+
 void
 queue_link (struct queue *q, struct piece *p, struct piece *after)
 {
   queue_assert_locked (q);
   RB_INSERT (piece_tree, &q->by_offset, p);
-  if (after)
+  if (p->failing)
+    failing_list_insert (q, p, after);
+  else if (after)
     TAILQ_INSERT_AFTER (&q->by_age, after, p, by_age);
   else
     TAILQ_INSERT_TAIL (&q->by_age, p, by_age);
@@ -121,9 +145,15 @@ void
 queue_unlink (struct queue *q, struct piece *p)
 {
   queue_assert_locked (q);
-  forget_if_newest (q, p);
   RB_REMOVE (piece_tree, &q->by_offset, p);
-  TAILQ_REMOVE (&q->by_age, p, by_age);
+  if (p->failing) {
+    TAILQ_REMOVE (&q->failing.pieces, p, by_age);
+    q->failing.count--;
+  }
+  else {
+    forget_if_newest (q, p);
+    TAILQ_REMOVE (&q->by_age, p, by_age);
+  }
   q->nr_queued--;
   q->appended_requests -= p->appended;
   account_bytes (q, p, -(int64_t) p->length);
@@ -203,7 +233,8 @@ piece_drop_front (struct queue *q, struct piece *p, uint64_t new_offset)
 static void
 piece_drop_back (struct queue *q, struct piece *p, uint64_t new_end)
 {
-  forget_if_newest (q, p);
+  if (!p->failing)
+    forget_if_newest (q, p);
   account_bytes (q, p, -(int64_t) (piece_end (p) - new_end));
   p->length = new_end - p->offset;
 }

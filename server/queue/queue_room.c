@@ -58,13 +58,14 @@ room_sleep (struct queue *q)
     q->space_wakes--;
 }
 
-void
+int
 wait_for_space_slow (struct queue *q, uint64_t bytes)
 {
   bool counted = false;
+  int err = 0;
 
   queue_assert_locked (q);
-  while (queue_full (q, bytes)) {
+  while (queue_full (q, bytes) && (err = failing_blocks_writers (q)) == 0) {
     if (!counted) {
       q->stats.full_waits++;
       counted = true;
@@ -75,6 +76,7 @@ wait_for_space_slow (struct queue *q, uint64_t bytes)
       room_sleep (q);
     q->full_waiters--;
   }
+  return err;
 }
 
 bool
