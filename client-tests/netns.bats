@@ -169,4 +169,9 @@ if problems:
     raise AssertionError("%d problem(s):\n  %s" % (len(problems), "\n  ".join(problems)))
 EOF
   kill -0 "$(plugq_pid)" || fail "the front plugq exited after a back-end was killed"
+  # The killed back-end's final flush fails at shutdown, and the exit
+  # status says what was written there since its last flush may be gone.
+  stop_plugq && fail "nbdkit exited 0 though p2's final flush failed"
+  [ "$PLUGQ_STATUS" = 1 ]
+  grep -q "p2: data may be lost" "$PLUGQ_LOG"
 }
