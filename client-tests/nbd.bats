@@ -9,7 +9,9 @@
 # memory for a while (the write-out is retried), a remote that dies,
 # reconnect= to a new remote on the same socket (refused while it offers
 # less than the first one did, taken but not widened when it offers
-# more), and bad URIs.
+# more; writes the restarted remote had not made durable written again,
+# writes in flight or submitted while it was away sent to the new one),
+# and bad URIs.
 
 load remotes
 
@@ -633,6 +635,197 @@ try:
 except AssertionError as e:
     P.append(str(e))
 check_problems(P)
+EOF
+}
+
+# ---------------------------------------------------------------- reconnect: what was not durable
+
+# A remote answers writes from a volatile cache (nbdkit's cache filter in
+# write-back mode), which SIGKILL loses: only a FLUSH made them durable.
+# With reconnect= plugq keeps what the remote completed until a flush
+# covers it, writes it again on the next connection, and sends again
+# what the lost connection left unanswered.  The remote's file is read
+# directly: what is there is what survives.
+
+# volatile_remote NAME FILE [ARGS...]: a remote over FILE that keeps
+# unflushed writes in memory only, its log filter logging to NAME.log.
+volatile_remote() {
+  local name=$1 file=$2
+  shift 2
+  start_remote "$name" --filter=log --filter=cache file "$file" \
+    cache=writeback logfile="$T/$name.log" "$@"
+}
+
+# unflushed_survive ACK: written and flushed 0x11, then 0xaa answered by
+# the remote's cache; the remote is killed and restarted: the FLUSH after
+# the reconnect succeeds, so 0xaa must be in the remote's file.
+unflushed_survive() {
+  make_file "$T/r.img" 1M
+  volatile_remote r "$T/r.img"
+  start_plugq disk=r nbd="$(ruri r)" reconnect=50ms ack="$1"
+  timeout 60 "$PYTHON" - "$(rsock r)" "$(rpid r)" "$T" "$PLUGQ_LOG" <<'EOF'
+import sys
+from nbdremote import *
+SOCK, PIDF, T, PLOG = sys.argv[1:5]
+IMG = T + "/r.img"
+h = connect("r")
+h.pwrite(fill(0x11, 64 * KiB), 0)
+h.flush()
+expect_file(IMG, 0, fill(0x11, 64 * KiB), "remote file after the first FLUSH")
+done = remote_writes_done(T + "/r.log")
+h.pwrite(fill(0xaa, 64 * KiB), 0)
+# ack=queued answered it from the queue: wait until the remote took it.
+poll(lambda: remote_writes_done(T + "/r.log") > done, 10, "the remote answering the 0xaa write")
+expect_file(IMG, 0, fill(0x11, 64 * KiB), "remote file before the kill (0xaa only cached)")
+kill_remote(PIDF)
+expect_file(IMG, 0, fill(0x11, 64 * KiB), "remote file after SIGKILL (the cache is gone)")
+start_remote(SOCK, PIDF, "--filter=cache", "file", IMG, "cache=writeback")
+poll(lambda: log_lines(PLOG, "reconnected"), 20, "plugq's log saying it reconnected")
+h.flush()
+expect_file(IMG, 0, fill(0xaa, 64 * KiB), "remote file after the FLUSH that followed the reconnect")
+expect_read(h, 0, fill(0xaa, 64 * KiB), "read after the reconnect")
+EOF
+}
+
+@test "nbd: reconnect= writes again what the restarted remote had not flushed (ack=queued)" {
+  unflushed_survive queued
+}
+
+@test "nbd: reconnect= writes again what the restarted remote had not flushed (ack=dispatched)" {
+  unflushed_survive dispatched
+}
+
+@test "nbd: reconnect= sends writes in flight when the remote died to the new one, and the FLUSH is true" {
+  make_file "$T/r.img" 1M
+  # The delay keeps the write in flight until the remote is killed.
+  start_remote r --filter=log --filter=delay file "$T/r.img" \
+    logfile="$T/r.log" delay-write=20
+  start_plugq disk=r nbd="$(ruri r)" reconnect=50ms
+  timeout 60 "$PYTHON" - "$(rsock r)" "$(rpid r)" "$T" "$PLUGQ_LOG" <<'EOF'
+import sys
+from nbdremote import *
+SOCK, PIDF, T, PLOG = sys.argv[1:5]
+IMG = T + "/r.img"
+h = connect("r")
+x = pattern(60, 128 * KiB)
+h.pwrite(x, 256 * KiB)                       # answered: queued
+c = h.aio_flush()                            # sends it, and waits for it
+poll(lambda: log_calls(T + "/r.log", "Write"), 10, "the write reaching the remote")
+kill_remote(PIDF)
+expect_file(IMG, 256 * KiB, fill(0, 128 * KiB), "remote file after the kill (the write never ran)")
+start_remote(SOCK, PIDF, "file", IMG)
+wait_aio(h, c, 20, "FLUSH after the remote came back")
+expect_file(IMG, 256 * KiB, x, "remote file after the FLUSH")
+said = log_lines(PLOG, "reconnected")
+assert said and "resent 1 operations" in said[0], \
+    "plugq's log does not say it sent the write again: %s" % said
+EOF
+}
+
+@test "nbd: reconnect= holds writes while the remote is away (reads and FLUSH fail) and sends them when it is back" {
+  skip_if_sanitized
+  make_file "$T/r.img" 1M
+  start_remote r file "$T/r.img"
+  start_plugq disk=r nbd="$(ruri r)" reconnect=50ms ack=dispatched
+  timeout 60 "$PYTHON" - "$(rsock r)" "$(rpid r)" "$T" "$PLUGQ_LOG" <<'EOF'
+import sys
+from nbdremote import *
+SOCK, PIDF, T, PLOG = sys.argv[1:5]
+IMG = T + "/r.img"
+h = connect("r")
+h.pwrite(fill(0x11, 4096), 0)
+h.flush()
+kill_remote(PIDF)
+poll(lambda: log_lines(PLOG, "connection lost"), 10, "plugq noticing the loss")
+y = pattern(61, 64 * KiB)
+buf = nbd.Buffer.from_bytearray(bytearray(y))
+c = h.aio_pwrite(buf, 512 * KiB)             # ack=dispatched: waits for the remote
+poll(lambda: log_lines(PLOG, "writes wait until the remote is back"), 10,
+     "plugq's log saying writes are held")
+assert not h.aio_command_completed(c), "the write was answered while the remote was away"
+expect_error("read while the remote is away", "EIO", h.pread, 4096, 0)
+expect_error("FLUSH while the remote is away", "EIO", h.flush)
+assert not h.aio_command_completed(c), "the write was answered while the remote was away"
+start_remote(SOCK, PIDF, "file", IMG)
+wait_aio(h, c, 20, "the held write once the remote is back")
+expect_file(IMG, 512 * KiB, y, "remote file after the held write was answered")
+h.flush()
+expect_read(h, 0, fill(0x11, 4096), "read after the reconnect")
+held = log_lines(PLOG, "writes wait")
+assert len(held) == 1, "plugq should say once that writes are held: %s" % held
+EOF
+}
+
+@test "nbd: reconnect= never writes an older replayed write over a newer FUA write" {
+  make_file "$T/r.img" 1M
+  # 4K cache blocks: the FUA write writes only its own block through.
+  volatile_remote r "$T/r.img" cache-min-block-size=4096
+  start_plugq disk=r nbd="$(ruri r)" reconnect=50ms ack=dispatched
+  timeout 60 "$PYTHON" - "$(rsock r)" "$(rpid r)" "$T" "$PLUGQ_LOG" <<'EOF'
+import sys
+from nbdremote import *
+SOCK, PIDF, T, PLOG = sys.argv[1:5]
+IMG = T + "/r.img"
+h = connect("r")
+h.pwrite(fill(0x11, 8192), 0)
+h.flush()
+h.pwrite(fill(0xaa, 8192), 0)                # answered by the remote's cache
+h.pwrite(fill(0xbb, 4096), 0, nbd.CMD_FLAG_FUA)
+expect_file(IMG, 0, fill(0xbb, 4096) + fill(0x11, 4096),
+            "remote file before the kill (the FUA block written through)")
+kill_remote(PIDF)
+start_remote(SOCK, PIDF, "--filter=cache", "file", IMG, "cache=writeback",
+             "cache-min-block-size=4096")
+poll(lambda: log_lines(PLOG, "reconnected"), 20, "plugq's log saying it reconnected")
+h.flush()
+want = fill(0xbb, 4096) + fill(0xaa, 4096)
+expect_file(IMG, 0, want, "remote file after the FLUSH that followed the reconnect")
+expect_read(h, 0, want, "read after the reconnect")
+EOF
+}
+
+@test "nbd: reconnect= to a remote that refuses the replay fails the next FLUSH with EIO" {
+  skip_if_sanitized
+  make_file "$T/r.img" 1M
+  volatile_remote r "$T/r.img"
+  start_plugq disk=r nbd="$(ruri r)" reconnect=50ms ack=dispatched
+  timeout 60 "$PYTHON" - "$(rsock r)" "$(rpid r)" "$T" "$PLUGQ_LOG" <<'EOF'
+import os, sys
+from nbdremote import *
+SOCK, PIDF, T, PLOG = sys.argv[1:5]
+IMG, INJECT = T + "/r.img", T + "/inject"
+h = connect("r")
+h.pwrite(fill(0x11, 4096), 0)
+h.flush()
+h.pwrite(fill(0xaa, 4096), 0)                # answered by the remote's cache
+kill_remote(PIDF)
+open(INJECT, "w").close()
+start_remote(SOCK, PIDF, "--filter=error", "--filter=cache", "file", IMG,
+             "cache=writeback", "error-pwrite-rate=100%", "error-pwrite=EIO",
+             "error-pwrite-file=" + INJECT)
+poll(lambda: log_lines(PLOG, "reconnected"), 20, "plugq's log saying it reconnected")
+os.unlink(INJECT)
+expect_error("FLUSH after the remote refused the replay", "EIO", h.flush)
+refused = log_lines(PLOG, "the remote refused")
+assert refused and "they are lost" in refused[0], \
+    "plugq's log does not say the replay was refused: %s" % refused
+expect_file(IMG, 0, fill(0x11, 4096), "remote file (the lost write)")
+EOF
+}
+
+@test "nbd: reconnect= bounds what it keeps for a replay with flushes of its own" {
+  start_remote r --filter=log memory 128M logfile="$T/r.log"
+  start_plugq disk=r nbd="$(ruri r)" reconnect=50ms
+  pyrun "$T/r.log" <<'EOF'
+import sys
+from nbdremote import *
+LOG = sys.argv[1]
+h = connect("r")
+chunk = fill(0x5a, 4 * MiB)
+for i in range(24):                          # 96 MiB, and no FLUSH
+    h.pwrite(chunk, i * 4 * MiB)
+poll(lambda: log_calls(LOG, "Flush"), 10,
+     "a Flush of plugq's own once 64 MiB of writes were unflushed")
 EOF
 }
 

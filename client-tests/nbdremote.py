@@ -102,6 +102,25 @@ def kill_remote(pidfile, sig=signal.SIGKILL):
     os.unlink(pidfile)
 
 
+def remote_writes_done(path):
+    """How many writes the remote answered, from its log filter's log."""
+    with open(path) as f:
+        return sum(bool(_DONE.search(l)) for l in f)
+
+
+_DONE = re.compile(r"\.\.\.Write id=\d+ return=0")
+
+
+def wait_aio(h, cookie, timeout, what):
+    """Drives h until command cookie is answered, within timeout s; its
+    error, if it failed, is raised."""
+    t0 = time.monotonic()
+    while not h.aio_command_completed(cookie):
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError("%s: not answered within %gs" % (what, timeout))
+        h.poll(100)
+
+
 def start_remote(sock, pidfile, *args):
     """A daemonized remote nbdkit on the unix socket sock (a stale socket
     is removed first); returns once it listens."""

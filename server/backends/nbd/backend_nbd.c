@@ -12,12 +12,19 @@
  * them with an error, which the queue latches for answered writes).  With
  * reconnect= the loop thread dials again with exponential backoff and
  * swaps the new connection in once it offers everything the first one
- * did; until then commands fail at once.
+ * did.  Meanwhile reads, flushes, extents and cache fail at once, but
+ * writes, zeroes and trims wait: those the lost connection left
+ * unanswered and those the queue sends while the remote is away are held
+ * and sent again on the new connection, the queue waiting for them (its
+ * back-pressure stops writers once it is full).  And since a remote may
+ * lose what it answered but had not flushed (a volatile cache), each
+ * completed one is kept until a flush covers it and written again on the
+ * new connection before anything else (backend_nbd_replay.c).
  *
  * This file holds the ops, opening and the backend type.  The commands
- * are in backend_nbd_commands.c; the loop thread, dialling and
- * reconnecting in backend_nbd_connection.c; backend_nbd.h holds what
- * they share.
+ * (and the held ops) are in backend_nbd_commands.c; the loop thread,
+ * dialling and reconnecting in backend_nbd_connection.c; the replay log
+ * in backend_nbd_replay.c; backend_nbd.h holds what they share.
  */
 #include <config.h>
 
@@ -37,8 +44,6 @@
 #include "buffers/iovec.h"
 #include "common/log.h"
 
-#define ZERO_CHUNK (1024 * 1024 * 1024)        /* under NBD's 32-bit count */
-
 /* ------------------------------------------------------------ ops */
 
 static int
@@ -49,15 +54,29 @@ remote_pread (struct backend *b, void *buf, size_t count, uint64_t offset)
   return run_sync (nb, issue_pread, buf, count, offset, nb->caps.max_payload);
 }
 
+/* A flush that succeeds makes what completed before it was sent
+ * durable: the replay log drops it.  After a replay the new remote
+ * refused, one flush fails instead: the queue latches that, so every
+ * connection hears that answered writes were lost.
+ */
 static int
 remote_flush (struct backend *b)
 {
   struct nbd_backend *nb = to_nbd (b);
+  uint64_t mark;
 
+  if (replay_take_loss (&nb->replay)) {
+    errno = EIO;
+    return -1;
+  }
   /* A server that cannot flush writes through (the spec's reading). */
   if (!nb->caps.can_flush)
     return 0;
-  return run_sync (nb, issue_flush, NULL, 1, 0, 1);
+  mark = replay_mark (&nb->replay);
+  if (run_sync (nb, issue_flush, NULL, 1, 0, 1) == -1)
+    return -1;
+  replay_trim (&nb->replay, mark);
+  return 0;
 }
 
 static int
@@ -125,84 +144,126 @@ gathered_bytes (const struct iovec *iov, int iovcnt)
   return n;
 }
 
-/* Copies the run of small buffers from iov[*i] on to dst (iov_copy_out)
- * and moves *i past it: the run's length.
+/* The length of the run of small buffers from iov[*i] on; moves *i past
+ * it.
  */
 static size_t
-gather_run (char *dst, const struct iovec *iov, int iovcnt, int *i)
+run_length (const struct iovec *iov, int iovcnt, int *i)
 {
-  int first = *i;
   size_t len = 0;
 
   for (; is_small (iov, iovcnt, *i); (*i)++)
     len += iov[*i].iov_len;
-  iov_copy_out (dst, iov + first, *i - first, 0, len);
   return len;
 }
 
+/* Before a write is sent (without nb->lock): each run of small buffers
+ * is copied into its place in op->bounce.
+ */
 static int
-issue_write (struct nbd_backend *nb, struct nbd_op *op,
-             const struct backend_io *io)
+gather_write (struct nbd_op *op, const struct backend_io *io)
 {
   const struct iovec *iov = io->iov;
   size_t small = gathered_bytes (iov, io->iovcnt);
-  uint64_t offset = io->offset;
   char *next;
 
-  if (small > 0 && (op->bounce = malloc (small)) == NULL)
+  if (small == 0)
+    return 0;
+  if ((next = op->bounce = malloc (small)) == NULL)
     return -1;
-  next = op->bounce;
+  for (int i = 0; i < io->iovcnt;) {
+    int first = i;
+
+    if (gathered (iov, io->iovcnt, i)) {
+      size_t len = run_length (iov, io->iovcnt, &i);
+
+      iov_copy_out (next, iov + first, i - first, 0, len);
+      next += len;
+    }
+    else
+      i++;
+  }
+  return 0;
+}
+
+/* A gathered write's commands: each large buffer from where it is, each
+ * run of small ones from its place in op->bounce.
+ */
+static int
+send_write (struct nbd_backend *nb, struct nbd_handle *h, struct nbd_op *op,
+            const struct backend_io *io)
+{
+  const struct iovec *iov = io->iov;
+  uint64_t offset = io->offset;
+  const char *next = op->bounce;
+
   for (int i = 0; i < io->iovcnt;) {
     const char *data = iov[i].iov_base;
     size_t len = iov[i].iov_len;
 
     if (gathered (iov, io->iovcnt, i)) {
       data = next;
-      len = gather_run (next, iov, io->iovcnt, &i);
+      len = run_length (iov, io->iovcnt, &i);
       next += len;
     }
     else
       i++;
-    if (issue_chunks (nb, op, issue_pwrite, data, true, len, offset,
-                      nb->caps.max_payload) == -1)
+    if (issue_chunks_on (nb, h, op, issue_pwrite, data, true, len, offset,
+                         nb->caps.max_payload) == -1)
       return -1;
     offset += len;
   }
   return 0;
 }
 
-/* Zeroes on a server without WRITE_ZEROES: writes of a zero buffer. */
-static int
-issue_zero_writes (struct nbd_backend *nb, struct nbd_op *op, uint64_t count,
-                   uint64_t offset)
+int
+op_send_io (struct nbd_backend *nb, struct nbd_handle *h, struct nbd_op *op)
 {
-  /* The same zero buffer for every chunk: it does not advance. */
-  return issue_chunks (nb, op, issue_pwrite, nb->zeroes, false, count, offset,
-                       nb->caps.max_payload);
-}
+  const struct backend_io *io = op->io;
+  uint64_t max = nb->caps.max_payload;
 
-static int
-issue_io (struct nbd_backend *nb, struct nbd_op *op,
-          const struct backend_io *io)
-{
+  lock_assert_held (&nb->lock);
   switch (io->kind) {
   case OP_WRITE:
-    return issue_write (nb, op, io);
+    if (op->entry)              /* the log's copy: one buffer */
+      return issue_chunks_on (nb, h, op, issue_pwrite, op->entry->data,
+                              true, io->count, io->offset, max);
+    return send_write (nb, h, op, io);
   case OP_ZERO:
+    /* A server without WRITE_ZEROES: writes of one zero buffer, which
+     * does not advance.
+     */
     if (!nb->caps.can_zero)
-      return issue_zero_writes (nb, op, io->count, io->offset);
-    return issue_chunks (nb, op, io->may_trim ? issue_zero_may_trim
-                         : issue_zero_no_hole, NULL, false, io->count,
-                         io->offset, ZERO_CHUNK);
+      return issue_chunks_on (nb, h, op, issue_pwrite, nb->zeroes, false,
+                              io->count, io->offset, max);
+    return issue_chunks_on (nb, h, op, io->may_trim ? issue_zero_may_trim
+                            : issue_zero_no_hole, NULL, false, io->count,
+                            io->offset, ZERO_CHUNK);
   case OP_TRIM:
     if (!nb->caps.can_trim)
       return 0;                 /* advisory */
-    return issue_chunks (nb, op, issue_trim, NULL, false, io->count,
-                         io->offset, ZERO_CHUNK);
+    return issue_chunks_on (nb, h, op, issue_trim, NULL, false, io->count,
+                            io->offset, ZERO_CHUNK);
   default:
     errno = EINVAL;
     return -1;
   }
+}
+
+/* What an op needs before it is sent, made without nb->lock: the
+ * replay log's copy of it (which a write is then sent from), or a
+ * write's gathered buffers.  A trim the remote cannot take leaves
+ * nothing to replay.
+ */
+static int
+prepare_io (struct nbd_backend *nb, struct nbd_op *op,
+            const struct backend_io *io)
+{
+  if (nb->replay.enabled && (io->kind != OP_TRIM || nb->caps.can_trim))
+    return (op->entry = replay_entry_new (io)) ? 0 : -1;
+  if (io->kind == OP_WRITE)
+    return gather_write (op, io);
+  return 0;
 }
 
 /* The one entry for writes, zeroes and trims: sent at once, answered
@@ -222,9 +283,12 @@ remote_io (struct backend *b, struct backend_io *io)
     return -1;
   op->io = io;
   op->cmd_flags = io->fua ? LIBNBD_CMD_FLAG_FUA : 0;
-  if (issue_io (nb, op, io) == -1)
+  if (io->kind != OP_WRITE && io->kind != OP_ZERO && io->kind != OP_TRIM)
+    op_fail (op, EINVAL);
+  else if (prepare_io (nb, op, io) == -1)
     op_fail (op, errno);
-  /* Commands already sent complete later and report the failure. */
+  else
+    op_start_io (op);
   op_put (op);
   return BACKEND_IO_STARTED;
 }
@@ -271,6 +335,8 @@ backend_nbd_open (const char *uri, uint64_t reconnect_ns)
   nb->watched_fd = -1;
   lock_init (&nb->lock);
   lock_init (&nb->spare_lock);
+  lock_init (&nb->held_lock);
+  replay_init (&nb->replay, false);
   if ((nb->uri = strdup (uri)) == NULL)
     goto nomem;
   nb->b.ops = &nbd_ops;
@@ -289,6 +355,8 @@ backend_nbd_open (const char *uri, uint64_t reconnect_ns)
   }
   nb->connected = true;
   set_limits (nb);
+  /* A remote without FLUSH writes through: what it completed is kept. */
+  nb->replay.enabled = reconnect_ns > 0 && nb->caps.can_flush;
   if (!nb->caps.can_zero
       && (nb->zeroes = calloc (1, nb->caps.max_payload)) == NULL)
     goto nomem;

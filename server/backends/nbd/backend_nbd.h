@@ -7,6 +7,10 @@
  *                             chunks, completing them, waiting for them
  *   backend_nbd_connection.c  the remote's capabilities, the libev loop
  *                             thread, dialling, reconnecting, closing
+ *   backend_nbd_replay.c      with reconnect=: the log of completed
+ *                             writes no flush covers yet, replaying it
+ *                             on a new connection, the backend's own
+ *                             flush that bounds it
  */
 #ifndef PLUGQ_BACKEND_NBD_H
 #define PLUGQ_BACKEND_NBD_H
@@ -23,6 +27,7 @@
 #include "common/lock.h"
 
 #define NBD_DEFAULT_PAYLOAD (32 * 1024 * 1024) /* the spec's default max */
+#define ZERO_CHUNK (1024 * 1024 * 1024)        /* under NBD's 32-bit count */
 
 /* What the remote offered when the disk was opened.  It was advertised to
  * nbdkit's clients and built into the queue's limits, and neither can be
@@ -42,6 +47,44 @@ struct remote_caps {
 
 /* Operations the queue may keep outstanding on one remote. */
 #define MAX_IN_FLIGHT 16
+
+/* One write, zero or trim the remote completed, kept until a flush
+ * covers it (backend_nbd_replay.c).  A write's data is a copy, made
+ * before it is sent, and the write is sent from it.
+ */
+struct replay_entry {
+  struct replay_entry *next;
+  uint64_t seq;                 /* completion order */
+  enum op_kind kind;            /* OP_WRITE, OP_ZERO or OP_TRIM */
+  bool may_trim;                /* OP_ZERO */
+  bool fua;
+  uint64_t offset;
+  uint64_t count;
+  char data[];                  /* OP_WRITE: count bytes */
+};
+
+/* What a restarted remote may have lost: every write, zero and trim
+ * completed on the connection since the last flush that covers it, in
+ * completion order.  Only with reconnect= on a remote that can flush
+ * (one that cannot writes through, so what it completed is durable).
+ */
+struct replay_log {
+  bool enabled;
+  struct lock lock;             /* guards what follows, but gen's reads */
+  struct replay_entry *first;
+  struct replay_entry **last_next;
+  uint64_t next_seq;
+  uint64_t bytes;               /* write data held */
+  /* The connection entries are recorded for; raised when a lost one's
+   * entries are taken to be replayed, so an op that completed there
+   * but is recorded later is sent again instead (replay_record).
+   */
+  _Atomic unsigned gen;
+  bool flushing;                /* the backend's own flush is out */
+  uint64_t flush_mark;          /* ... and covers seq below this */
+  _Atomic bool flush_wanted;    /* for the loop thread to send it */
+  bool lost;                    /* a replay the remote refused */
+};
 
 struct nbd_backend {
   struct backend b;
@@ -80,6 +123,20 @@ struct nbd_backend {
   struct lock spare_lock;
   struct nbd_op *spare_ops;     /* linked through nb */
   unsigned nr_spare_ops;
+
+  struct replay_log replay;
+
+  /* With reconnect=: writes, zeroes and trims of the queue that a lost
+   * connection left undone, or that came while the remote was away, in
+   * the order they were first sent (issue_seq); the queue still waits
+   * for each.  Sent again on the next connection.  held_lock is taken
+   * last, under nb->lock or a libnbd callback, and nothing under it.
+   */
+  struct lock held_lock;
+  struct nbd_op *held;          /* linked through next_held */
+  _Atomic unsigned nr_held;
+  bool held_said;               /* loop thread: logged for this loss */
+  _Atomic uint64_t next_issue_seq;
 };
 
 static inline struct nbd_backend *
@@ -102,6 +159,12 @@ struct nbd_op {
   bool done;
   struct extent_list *extents;  /* block status */
   uint64_t extents_offset;
+  /* Asynchronous ops with reconnect= only. */
+  struct replay_entry *entry;   /* the log's copy, recorded at success */
+  unsigned gen;                 /* the connection it was sent on */
+  uint64_t issue_seq;
+  _Atomic bool lost;            /* its connection went: send it again */
+  struct nbd_op *next_held;     /* on nb->held */
 };
 
 typedef int64_t (*issue_fn) (struct nbd_handle *, struct nbd_op *,
@@ -122,6 +185,31 @@ int run_sync (struct nbd_backend *nb, issue_fn fn, void *buf, uint64_t count,
 int issue_chunks (struct nbd_backend *nb, struct nbd_op *op, issue_fn fn,
                   const char *arg, bool arg_advances, uint64_t count,
                   uint64_t offset, uint64_t chunk);
+/* The same on h, which the caller holds nb->lock for; no check that it
+ * is connected.
+ */
+int issue_chunks_on (struct nbd_backend *nb, struct nbd_handle *h,
+                     struct nbd_op *op, issue_fn fn, const char *arg,
+                     bool arg_advances, uint64_t count, uint64_t offset,
+                     uint64_t chunk);
+/* After a command could not be sent on h (nb->lock held): whether its
+ * connection is gone, then marked lost if h is the current one;
+ * otherwise libnbd's error is logged.
+ */
+bool connection_gone (struct nbd_backend *nb, struct nbd_handle *h);
+/* Sends an asynchronous op's commands on the current connection, or,
+ * with reconnect= while it is away, holds the op for the next one.
+ */
+void op_start_io (struct nbd_op *op);
+/* nb->lock held: sends every held op again on h and takes them off the
+ * list.  Returns them linked through next_held, for op_put_all once the
+ * lock is dropped, and their number in *n.
+ */
+struct nbd_op *resend_held (struct nbd_backend *nb, struct nbd_handle *h,
+                            unsigned *n);
+void op_put_all (struct nbd_op *list);
+/* At close, once the loop thread is gone: fails what is still held. */
+void fail_held (struct nbd_backend *nb);
 
 /* One issue_fn per NBD command, for issue_chunks and run_sync. */
 #define ISSUE_FN(name)                                                  \
@@ -135,6 +223,47 @@ ISSUE_FN (issue_trim);
 ISSUE_FN (issue_cache);
 ISSUE_FN (issue_flush);
 ISSUE_FN (issue_block_status);
+
+/* backend_nbd.c: sends op->io's commands on h (nb->lock held). */
+int op_send_io (struct nbd_backend *nb, struct nbd_handle *h,
+                struct nbd_op *op);
+
+/* backend_nbd_replay.c */
+void replay_init (struct replay_log *log, bool enabled);
+void replay_destroy (struct replay_log *log);
+/* The entry io will be recorded as, with a copy of its data; NULL with
+ * errno ENOMEM.
+ */
+struct replay_entry *replay_entry_new (const struct backend_io *io);
+void replay_free_list (struct replay_entry *list);
+/* e completed on connection gen: appended, and true, unless that
+ * connection was already given up (false: send the op again).  Sets
+ * *flush if the log outgrew its limit and a flush of its own is due.
+ */
+bool replay_record (struct replay_log *log, struct replay_entry *e,
+                    unsigned gen, bool *flush);
+/* A flush is about to be sent: once it succeeds, replay_trim (mark)
+ * drops what completed before.
+ */
+uint64_t replay_mark (struct replay_log *log);
+void replay_trim (struct replay_log *log, uint64_t mark);
+/* Loop thread, connected: sends the backend's own flush if one is due. */
+void replay_flush_if_wanted (struct nbd_backend *nb);
+/* Reconnecting: gives the lost connection up and takes its entries. */
+struct replay_entry *replay_take (struct replay_log *log, uint64_t *ops,
+                                  uint64_t *bytes);
+/* A replay that could not finish: the entries go back, first. */
+void replay_put_back (struct replay_log *log, struct replay_entry *list);
+/* Loop thread, reconnecting: takes the log and writes it on h (not yet
+ * published) with libnbd's blocking calls, then flushes; *ops entries
+ * with *bytes of data.  -1 if h's connection went (the log is put
+ * back).  Entries the remote refused are lost: logged, and the next
+ * flush fails (replay_take_loss).
+ */
+int replay_log_on (struct nbd_backend *nb, struct nbd_handle *h,
+                   uint64_t *ops, uint64_t *bytes);
+/* Whether a replay was refused since the last call. */
+bool replay_take_loss (struct replay_log *log);
 
 /* backend_nbd_connection.c */
 int read_capabilities (struct nbd_handle *h, struct remote_caps *c);

@@ -4,6 +4,13 @@
  * asynchronous commands (issue_chunks, one issue_* per NBD command).
  * Each completion drops a reference; the last one either answers the
  * queue's backend_io or wakes the waiter in op_wait.
+ *
+ * With reconnect=, an asynchronous op (the queue's write, zero or trim)
+ * whose connection went before it completed, or that came while the
+ * remote was away, is not answered: it is held (nb->held) and sent again
+ * on the next connection, the queue still waiting for it.  One that
+ * completed is recorded in the replay log (backend_nbd_replay.c) before
+ * the queue hears of it.
  */
 #include <config.h>
 
@@ -61,6 +68,11 @@ op_new (struct nbd_backend *nb)
   op->done = false;
   op->extents = NULL;
   op->extents_offset = 0;
+  op->entry = NULL;
+  op->gen = 0;
+  op->issue_seq = 0;
+  atomic_init (&op->lost, false);
+  op->next_held = NULL;
   return op;
 }
 
@@ -79,6 +91,7 @@ op_free (struct nbd_op *op)
   bool kept = false;
 
   free (op->bounce);
+  free (op->entry);
   lock_acquire (&nb->spare_lock);
   if (nb->nr_spare_ops < SPARE_OPS) {
     op->next_spare = nb->spare_ops;
@@ -101,14 +114,142 @@ ops_free_spares (struct nbd_backend *nb)
 }
 
 static void
+wake_loop (struct nbd_backend *nb)
+{
+  if (nb->started)
+    ev_async_send (nb->loop, &nb->wake);
+}
+
+/* ------------------------------------------------------------ held ops */
+
+/* An op whose connection went, or that came while the remote was away:
+ * on nb->held, in the order ops were first sent.  Runs where an op
+ * finishes, maybe inside a libnbd callback: it takes no lock but
+ * held_lock, and leaves the sending to the loop thread (look_again) or
+ * to the reconnect.
+ */
+static void
+op_hold (struct nbd_op *op)
+{
+  struct nbd_backend *nb = op->nb;
+  struct nbd_op **p;
+
+  lock_acquire (&nb->held_lock);
+  for (p = &nb->held; *p && (*p)->issue_seq < op->issue_seq;
+       p = &(*p)->next_held)
+    ;
+  op->next_held = *p;
+  *p = op;
+  atomic_fetch_add (&nb->nr_held, 1);
+  lock_release (&nb->held_lock);
+  wake_loop (nb);
+}
+
+struct nbd_op *
+resend_held (struct nbd_backend *nb, struct nbd_handle *h, unsigned *n)
+{
+  struct nbd_op *list, *op;
+
+  lock_assert_held (&nb->lock);
+  lock_acquire (&nb->held_lock);
+  list = nb->held;
+  nb->held = NULL;
+  atomic_store (&nb->nr_held, 0);
+  lock_release (&nb->held_lock);
+  *n = 0;
+  for (op = list; op; op = op->next_held) {
+    atomic_store (&op->pending, 1);     /* the resender's, op_put_all's */
+    atomic_store (&op->err, 0);
+    atomic_store (&op->lost, false);
+    op->gen = atomic_load (&nb->replay.gen);
+    if (op_send_io (nb, h, op) == -1) {
+      int err = errno;
+
+      if (connection_gone (nb, h))
+        atomic_store (&op->lost, true);
+      else
+        op_fail (op, err);
+    }
+    (*n)++;
+  }
+  return list;
+}
+
+void
+op_put_all (struct nbd_op *list)
+{
+  while (list) {
+    struct nbd_op *next = list->next_held;
+
+    list->next_held = NULL;
+    op_put (list);
+    list = next;
+  }
+}
+
+void
+fail_held (struct nbd_backend *nb)
+{
+  struct nbd_op *list;
+
+  lock_acquire (&nb->held_lock);
+  list = nb->held;
+  nb->held = NULL;
+  atomic_store (&nb->nr_held, 0);
+  lock_release (&nb->held_lock);
+  if (list)
+    log_error ("%s: closing with writes the remote never took: they "
+               "are lost", nb->uri);
+  while (list) {
+    struct nbd_op *next = list->next_held;
+    struct backend_io *io = list->io;
+
+    op_free (list);
+    io->done (io, EIO);
+    list = next;
+  }
+}
+
+/* ------------------------------------------------------------ finishing */
+
+/* An asynchronous op's last reference went.  A completed one goes into
+ * the replay log (if there is one) before the queue hears of it: its
+ * answer may be answered to a client, and from then on only the log
+ * keeps it until a flush covers it.
+ */
+static void
+io_finish (struct nbd_op *op)
+{
+  struct nbd_backend *nb = op->nb;
+  struct backend_io *io = op->io;
+  int err = atomic_load (&op->err);
+  bool flush = false;
+
+  if (atomic_load (&op->lost)) {
+    op_hold (op);
+    return;
+  }
+  if (err == 0 && op->entry) {
+    /* Its connection was given up before it got here: the replay did
+     * not have it, so it goes out again.
+     */
+    if (!replay_record (&nb->replay, op->entry, op->gen, &flush)) {
+      op_hold (op);
+      return;
+    }
+    op->entry = NULL;
+    if (flush)
+      wake_loop (nb);
+  }
+  op_free (op);
+  io->done (io, err);
+}
+
+static void
 op_finish (struct nbd_op *op)
 {
   if (op->io) {
-    struct backend_io *io = op->io;
-    int err = atomic_load (&op->err);
-
-    op_free (op);
-    io->done (io, err);
+    io_finish (op);
     return;
   }
   lock_acquire (&op->lock);
@@ -133,23 +274,65 @@ op_fail (struct nbd_op *op, int err)
                                   backend_client_errno (err));
 }
 
-/* libnbd calls this from the loop thread (or at once on an error). */
+/* libnbd calls this from the loop thread (or at once on an error).
+ * ENOTCONN is libnbd's own, for a command its dying connection never
+ * answered: with reconnect= an asynchronous op is then sent again.
+ */
 static int
 command_done (void *user_data, int *error)
 {
   struct nbd_op *op = user_data;
 
-  if (*error)
+  if (*error == ENOTCONN && op->io && op->nb->reconnect_ns)
+    atomic_store (&op->lost, true);
+  else if (*error)
     op_fail (op, *error);
   op_put (op);
   return 1;
 }
 
-static void
-wake_loop (struct nbd_backend *nb)
+/* ------------------------------------------------------------ issuing */
+
+int
+issue_chunks_on (struct nbd_backend *nb, struct nbd_handle *h,
+                 struct nbd_op *op, issue_fn fn, const char *arg,
+                 bool arg_advances, uint64_t count, uint64_t offset,
+                 uint64_t chunk)
 {
-  if (nb->started)
-    ev_async_send (nb->loop, &nb->wake);
+  lock_assert_held (&nb->lock);
+  while (count > 0) {
+    uint64_t n = MIN (count, chunk);
+
+    atomic_fetch_add (&op->pending, 1);
+    if (fn (h, op, arg, n, offset) == -1) {
+      int err = nbd_get_errno ();
+
+      atomic_fetch_sub (&op->pending, 1);
+      errno = err ? err : EIO;
+      return -1;
+    }
+    if (arg && arg_advances)
+      arg += n;
+    offset += n;
+    count -= n;
+  }
+  return 0;
+}
+
+/* A command can be the first to find the connection gone; libnbd then
+ * refuses every later one with EINVAL.  It is a lost remote.
+ */
+bool
+connection_gone (struct nbd_backend *nb, struct nbd_handle *h)
+{
+  lock_assert_held (&nb->lock);
+  if (nbd_aio_is_dead (h) || nbd_aio_is_closed (h)) {
+    if (h == nb->h)
+      nb->connected = false;
+    return true;
+  }
+  log_error ("%s: %s", nb->uri, nbd_get_error ());
+  return false;
 }
 
 /* Sends [offset, offset+count) as commands of at most `chunk` bytes.
@@ -160,44 +343,48 @@ issue_chunks (struct nbd_backend *nb, struct nbd_op *op, issue_fn fn,
               const char *arg, bool arg_advances, uint64_t count,
               uint64_t offset, uint64_t chunk)
 {
-  int r = 0;
+  int r = -1, err = ENOTCONN;
 
   lock_acquire (&nb->lock);
-  if (!nb->connected) {
-    lock_release (&nb->lock);
-    wake_loop (nb);
-    errno = ENOTCONN;
-    return -1;
-  }
-  while (count > 0) {
-    uint64_t n = MIN (count, chunk);
-
-    atomic_fetch_add (&op->pending, 1);
-    if (fn (nb->h, op, arg, n, offset) == -1) {
-      int err = nbd_get_errno ();
-
-      atomic_fetch_sub (&op->pending, 1);
-      /* A command can be the first to find the connection gone; libnbd
-       * then refuses every later one with EINVAL.  It is a lost remote.
-       */
-      if (nbd_aio_is_dead (nb->h) || nbd_aio_is_closed (nb->h)) {
-        nb->connected = false;
-        err = EIO;
-      }
-      else
-        log_error ("%s: %s", nb->uri, nbd_get_error ());
-      errno = err ? err : EIO;
-      r = -1;
-      break;
-    }
-    if (arg && arg_advances)
-      arg += n;
-    offset += n;
-    count -= n;
+  if (nb->connected) {
+    r = issue_chunks_on (nb, nb->h, op, fn, arg, arg_advances, count,
+                         offset, chunk);
+    err = errno;
+    if (r == -1 && connection_gone (nb, nb->h))
+      err = EIO;
   }
   lock_release (&nb->lock);
   wake_loop (nb);
+  errno = err;
   return r;
+}
+
+void
+op_start_io (struct nbd_op *op)
+{
+  struct nbd_backend *nb = op->nb;
+  bool lost = true;
+
+  op->issue_seq = atomic_fetch_add (&nb->next_issue_seq, 1);
+  lock_acquire (&nb->lock);
+  if (nb->connected) {
+    op->gen = atomic_load (&nb->replay.gen);
+    lost = false;
+    if (op_send_io (nb, nb->h, op) == -1) {
+      int err = errno;
+
+      lost = connection_gone (nb, nb->h);
+      if (!lost)
+        op_fail (op, err);
+    }
+  }
+  lock_release (&nb->lock);
+  wake_loop (nb);
+  /* Commands already sent complete later, as lost. */
+  if (lost && nb->reconnect_ns)
+    atomic_store (&op->lost, true);
+  else if (lost)
+    op_fail (op, EIO);
 }
 
 static nbd_completion_callback

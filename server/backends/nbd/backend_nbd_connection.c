@@ -3,12 +3,16 @@
  * What the remote offers, read at open and again on every reconnect; the
  * libev loop thread that feeds libnbd from the socket and handles a lost
  * connection once; dialling, and redialling with backoff until the
- * remote offers everything it did at open; starting and closing it all.
+ * remote offers everything it did at open, then replaying what the lost
+ * one had not flushed and sending again what it left undone before the
+ * new one is used; starting and closing it all.
  */
 #include <config.h>
 
 #include <fcntl.h>
+#include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -204,6 +208,48 @@ check_lost (struct nbd_backend *nb, unsigned dir)
   }
 }
 
+/* Loop thread, connected: what finishing ops left for it, which they
+ * could not send themselves (they may run inside a libnbd callback):
+ * ops held though their connection had already been replaced, and the
+ * replay log's own flush.  Whether it sent anything.
+ */
+static bool
+send_deferred (struct nbd_backend *nb)
+{
+  bool sent = false;
+
+  if (atomic_load (&nb->nr_held) > 0) {
+    struct nbd_op *resent = NULL;
+    unsigned n;
+
+    lock_acquire (&nb->lock);
+    if (nb->connected)
+      resent = resend_held (nb, nb->h, &n);
+    lock_release (&nb->lock);
+    op_put_all (resent);
+    sent = resent != NULL;
+  }
+  if (atomic_load (&nb->replay.flush_wanted)) {
+    replay_flush_if_wanted (nb);
+    sent = true;
+  }
+  return sent;
+}
+
+/* Loop thread, the remote away: once per loss, as soon as a write
+ * waits for it.
+ */
+static void
+say_held (struct nbd_backend *nb)
+{
+  if (nb->held_said || atomic_load (&nb->nr_held) == 0)
+    return;
+  nb->held_said = true;
+  log_error ("%s: writes wait until the remote is back (reads and "
+             "flushes fail meanwhile; a shutdown waits for the writes)",
+             nb->uri);
+}
+
 /* Loop thread: after the socket was served, or a command was issued. */
 static void
 look_again (struct nbd_backend *nb)
@@ -211,6 +257,10 @@ look_again (struct nbd_backend *nb)
   unsigned dir = nbd_aio_get_direction (nb->h);
 
   check_lost (nb, dir);
+  if (!nb->connected)
+    say_held (nb);
+  else if (send_deferred (nb))
+    dir = nbd_aio_get_direction (nb->h);
   update_watcher (nb, dir);
 }
 
@@ -258,11 +308,45 @@ fail:
   return NULL;
 }
 
+/* Loop thread: h, with the lost connection's log replayed on it,
+ * becomes the connection.  First the ops the queue still waits for go
+ * out on it, while no other thread can send there: each was sent before
+ * whatever the queue sends next.  Their own order does not matter (the
+ * queue never has two overlapping ops out), but they keep the order they
+ * were first sent in.
+ */
+static void
+use_connection (struct nbd_backend *nb, struct nbd_handle *h,
+                uint64_t replayed, uint64_t bytes)
+{
+  struct nbd_handle *old;
+  struct nbd_op *resent;
+  unsigned nr_resent;
+
+  lock_acquire (&nb->lock);
+  resent = resend_held (nb, h, &nr_resent);
+  old = nb->h;
+  nb->h = h;
+  nb->connected = true;
+  lock_release (&nb->lock);
+  nb->lost = false;
+  nb->held_said = false;
+  nbd_close (old);
+  forget_socket (nb);
+  log_error ("%s: reconnected; replayed %" PRIu64 " writes, zeroes and "
+             "trims it had not flushed (%" PRIu64 " bytes of data), resent "
+             "%u operations held meanwhile", nb->uri, replayed, bytes,
+             nr_resent);
+  op_put_all (resent);
+  look_again (nb);
+}
+
 static void
 retry_cb (struct ev_loop *loop, ev_timer *w, int revents)
 {
   struct nbd_backend *nb = w->data;
-  struct nbd_handle *h = dial (nb, true), *old;
+  struct nbd_handle *h = dial (nb, true);
+  uint64_t replayed, bytes;
   const char *lost;
 
   /* A weaker remote is dialled on every backoff step, for as long as it
@@ -275,22 +359,21 @@ retry_cb (struct ev_loop *loop, ev_timer *w, int revents)
     nbd_close (h);
     h = NULL;
   }
+  /* What the lost remote may have dropped goes first, and synchronously:
+   * NBD does not order concurrent commands.  A new remote that goes
+   * meanwhile is dialled again, the log kept.
+   */
+  if (h && replay_log_on (nb, h, &replayed, &bytes) == -1) {
+    nbd_close (h);
+    h = NULL;
+  }
   if (h == NULL) {
     nb->backoff_ns = MIN (nb->backoff_ns * 2, MAX_BACKOFF_NS);
     ev_timer_set (&nb->retry, nb->backoff_ns / 1e9, 0.);
     ev_timer_start (loop, &nb->retry);
     return;
   }
-  lock_acquire (&nb->lock);
-  old = nb->h;
-  nb->h = h;
-  nb->connected = true;
-  lock_release (&nb->lock);
-  nb->lost = false;
-  nbd_close (old);
-  forget_socket (nb);
-  log_error ("%s: reconnected", nb->uri);
-  update_watcher (nb, nbd_aio_get_direction (nb->h));
+  use_connection (nb, h, replayed, bytes);
 }
 
 static void *
@@ -348,7 +431,10 @@ nbd_backend_close (struct backend *b)
   }
   if (nb->watched_fd >= 0)
     close (nb->watched_fd);
+  fail_held (nb);
   ops_free_spares (nb);
+  replay_destroy (&nb->replay);
+  lock_destroy (&nb->held_lock);
   lock_destroy (&nb->spare_lock);
   lock_destroy (&nb->lock);
   free (nb->zeroes);
