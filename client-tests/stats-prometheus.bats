@@ -97,7 +97,8 @@ assert value(prom, "plugq_backend_flushes_total", disk="a") == a["flush"]["backe
 # and (apart from measured times) values.
 assert prom.keys() == conv.keys(), prom.keys() ^ conv.keys()
 timed = ("plugq_uptime_seconds", "plugq_io_time_seconds_total", "plugq_time_in_queue_seconds_total",
-         "plugq_queue_time_seconds", "plugq_dispatch_time_seconds", "plugq_flush_time_seconds")
+         "plugq_queue_time_seconds", "plugq_dispatch_time_seconds", "plugq_flush_time_seconds",
+         "plugq_read_time_seconds")
 differ = [k for k in prom if prom[k] != conv[k] and not k[0].startswith(timed)]
 assert not differ, differ
 print(len(prom), "samples")

@@ -62,66 +62,19 @@ buffer_release (struct data_buffer *b)
 void
 data_buffer_spares_init (struct data_buffer_spares *s)
 {
-  for (size_t i = 0; i < DATA_BUFFER_SPARES; i++)
-    atomic_init (&s->cell[i].seq, i);
-  atomic_init (&s->head, 0);
-  atomic_init (&s->tail, 0);
+  spare_ring_init (&s->ring);
 }
 
-/* A spare small buffer, or NULL.  Cell i holds a buffer when its seq is
- * the take position + 1; the claim is a compare-and-swap of head.
- */
 static struct data_buffer *
 spare_take (struct data_buffer_spares *s)
 {
-  size_t pos = atomic_load_explicit (&s->head, memory_order_relaxed);
-
-  for (;;) {
-    struct data_buffer_spare_cell *c = &s->cell[pos % DATA_BUFFER_SPARES];
-    size_t seq = atomic_load_explicit (&c->seq, memory_order_acquire);
-    intptr_t ahead = (intptr_t) (seq - (pos + 1));
-
-    if (ahead < 0)
-      return NULL;              /* empty */
-    if (ahead > 0)
-      pos = atomic_load_explicit (&s->head, memory_order_relaxed);
-    else if (atomic_compare_exchange_weak_explicit (&s->head, &pos, pos + 1,
-                                                    memory_order_relaxed,
-                                                    memory_order_relaxed)) {
-      struct data_buffer *b = c->b;
-
-      atomic_store_explicit (&c->seq, pos + DATA_BUFFER_SPARES,
-                             memory_order_release);
-      return b;
-    }
-  }
+  return spare_ring_take (&s->ring);
 }
 
-/* Parks b in the ring; false when it is full.  Cell i is free to fill
- * when its seq is the fill position.
- */
 static bool
 spare_park (struct data_buffer_spares *s, struct data_buffer *b)
 {
-  size_t pos = atomic_load_explicit (&s->tail, memory_order_relaxed);
-
-  for (;;) {
-    struct data_buffer_spare_cell *c = &s->cell[pos % DATA_BUFFER_SPARES];
-    size_t seq = atomic_load_explicit (&c->seq, memory_order_acquire);
-    intptr_t ahead = (intptr_t) (seq - pos);
-
-    if (ahead < 0)
-      return false;             /* full */
-    if (ahead > 0)
-      pos = atomic_load_explicit (&s->tail, memory_order_relaxed);
-    else if (atomic_compare_exchange_weak_explicit (&s->tail, &pos, pos + 1,
-                                                    memory_order_relaxed,
-                                                    memory_order_relaxed)) {
-      c->b = b;
-      atomic_store_explicit (&c->seq, pos + 1, memory_order_release);
-      return true;
-    }
-  }
+  return spare_ring_park (&s->ring, b);
 }
 
 /* b, holding a copy of src and one reference. */

@@ -23,27 +23,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "spare_ring.h"
+
 struct buffer_pool;
 struct data_buffer;
 
 /* Writes of up to DATA_BUFFER_SMALL bytes get a buffer of exactly that
- * room, and a disk keeps up to DATA_BUFFER_SPARES freed ones for its
- * next writes: a stream of small writes then allocates nothing.  The
- * spares are a bounded lock-free ring (each cell's sequence number says
- * whether it is free to fill or to take), one per disk.
+ * room, and a disk keeps up to SPARE_RING_CELLS freed ones for its next
+ * writes in a lock-free ring: a stream of small writes then allocates
+ * nothing.
  */
 #define DATA_BUFFER_SMALL 4096
-#define DATA_BUFFER_SPARES 64   /* a power of 2 */
-
-struct data_buffer_spare_cell {
-  _Atomic size_t seq;
-  struct data_buffer *b;
-};
 
 struct data_buffer_spares {
-  struct data_buffer_spare_cell cell[DATA_BUFFER_SPARES];
-  _Atomic size_t head;          /* next cell to take */
-  _Atomic size_t tail;          /* next cell to fill */
+  struct spare_ring ring;
 };
 
 void data_buffer_spares_init (struct data_buffer_spares *);

@@ -10,10 +10,26 @@
 #ifndef PLUGQ_ELEVATOR_H
 #define PLUGQ_ELEVATOR_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "queue/piece.h"
+
+/* How reads fare against writes (elevator_reads.c): written by readers
+ * without the queue lock, read by the elevator under it.
+ */
+struct read_feedback {
+  uint64_t target_ns;           /* read-target; 0: off */
+  _Atomic uint32_t active;      /* reads arrived and not yet answered */
+  _Atomic uint64_t last_ns;     /* the newest read's arrival */
+  _Atomic uint32_t met, missed; /* this window's reads, by the target */
+  /* Under the queue lock: */
+  uint64_t window_start_ns;
+  uint64_t allowance;           /* write bytes in flight; UINT64_MAX: any */
+  uint64_t held;                /* dispatches held back for reads */
+};
 
 struct elevator_state {
   struct piece_tree *by_offset;
@@ -21,6 +37,7 @@ struct elevator_state {
   uint64_t head;                /* end of the last dispatch (C-LOOK) */
   /* While a FLUSH waits, pieces up to here must go first; 0 = none. */
   uint64_t barrier_seq;
+  struct read_feedback reads;
   /* The elevator's own state, set by its init and freed by its exit;
    * NULL for an elevator without init.
    */
@@ -43,7 +60,26 @@ struct elevator_ops {
   struct piece *(*first) (struct elevator_state *, uint64_t now_ns);
   /* The piece that may be merged after prev, or NULL. */
   struct piece *(*next) (struct elevator_state *, struct piece *prev);
+  /* Optional: the bytes of writes the queue may have at the backend at
+   * once now, so that reads competing with them meet read-target;
+   * UINT64_MAX for no limit, and without this function.  The queue lets
+   * one batch go whenever none is in flight, and a batch past
+   * write-expire whatever this says.  Under the queue lock.
+   */
+  uint64_t (*write_allowance) (struct elevator_state *, uint64_t now_ns);
 };
+
+/* elevator_reads.c: the feedback rule elevators share. */
+
+/* A read arrives / is answered after latency_ns.  Lock-free. */
+void read_feedback_arrive (struct read_feedback *, uint64_t now_ns);
+void read_feedback_done (struct read_feedback *, uint64_t latency_ns);
+/* Under the queue lock: write bytes in flight that reads can live with
+ * (the rule in elevator_reads.c's header).
+ */
+uint64_t read_feedback_allowance (struct read_feedback *, uint64_t now_ns);
+/* Whether reads are competing with writes now. */
+bool read_feedback_competing (const struct read_feedback *, uint64_t now_ns);
 
 /* The table: every elevator, in the order --help lists them.  A new
  * elevator joins with one X (name) here, naming the elevator_NAME its

@@ -7,7 +7,9 @@
  * deadline, so a stream that keeps the queue busy cannot starve a piece
  * that sits behind the head forever.  While a FLUSH waits, the sweep
  * only starts at pieces the flush covers: the stream ahead of the head
- * must not make an fsync wait for write-expire.
+ * must not make an fsync wait for write-expire.  While reads compete,
+ * the writes it keeps at the backend are held to what lets reads meet
+ * read-target (write_allowance, elevator_reads.c).
  */
 #include <config.h>
 
@@ -57,9 +59,19 @@ deadline_next (struct elevator_state *e, struct piece *prev)
   return p && piece_can_follow (prev, p) ? p : NULL;
 }
 
+/* Reads first, as mq-deadline dispatches them: writes at the backend are
+ * held to what lets reads meet read-target (elevator_reads.c).
+ */
+static uint64_t
+deadline_write_allowance (struct elevator_state *e, uint64_t now_ns)
+{
+  return read_feedback_allowance (&e->reads, now_ns);
+}
+
 const struct elevator_ops elevator_deadline = {
   .name = "deadline",
-  .help = "Sweep by offset; expired requests first.",
+  .help = "Sweep by offset; expired requests first; reads before writes.",
   .first = deadline_first,
   .next = deadline_next,
+  .write_allowance = deadline_write_allowance,
 };

@@ -39,6 +39,7 @@ queue_config_defaults (struct queue_config *c)
   c->queue_bytes = 64 * 1024 * 1024;
   c->queue_requests = 256;
   c->write_expire_ns = 5000 * NS_PER_MS;
+  c->read_target_ns = 1 * NS_PER_MS;
   c->retry_ns = 10000 * NS_PER_MS;
   c->bypass = true;
 }
@@ -60,6 +61,8 @@ queue_init_fields (struct queue *q, struct backend *backend,
   q->block_mask = backend->min_block > 1 ? backend->min_block - 1 : 0;
   q->index = session_register_queue ();
   lock_init (&q->lock);
+  lock_init (&q->read_streams.lock);
+  q->read_streams.merging = !backend->writes_to_memory;
   cond_init_monotonic (&q->dispatch_wake);
   pthread_cond_init (&q->space, NULL);
   RB_INIT (&q->by_offset);
@@ -82,6 +85,8 @@ queue_init_fields (struct queue *q, struct backend *backend,
   q->bypass_waiting = async_around && cfg->ack == ACK_DISPATCHED;
   q->elevator.by_offset = &q->by_offset;
   q->elevator.by_age = &q->by_age;
+  q->elevator.reads.target_ns = cfg->read_target_ns;
+  q->elevator.reads.allowance = UINT64_MAX;
   q->flush.next_epoch = 1;
   TAILQ_INIT (&q->flush.sleepers);
   q->state = QUEUE_IDLE;
@@ -96,6 +101,7 @@ queue_destroy (struct queue *q)
   data_buffer_spares_free (&q->spare_buffers);
   buffer_pool_free (q->buffers);
   lock_destroy (&q->lock);
+  lock_destroy (&q->read_streams.lock);
   pthread_cond_destroy (&q->dispatch_wake);
   pthread_cond_destroy (&q->space);
   free (q->name);
@@ -611,7 +617,7 @@ queue_pread (struct queue *q, void *buf, uint32_t count, uint64_t offset)
 {
   if (queue_check_range (q, count, offset) == -1)
     return -1;
-  return read_overlaid (q, buf, count, offset);
+  return read_request (q, buf, count, offset);
 }
 
 int
@@ -756,9 +762,17 @@ queue_stats_snapshot (struct queue *q, struct queue_stats *out)
   *out = q->stats;
   out->queued_requests = queued_requests (q);
   out->queued_bytes = q->queued_bytes;
+  out->writes_held = q->elevator.reads.held;
   lock_release (&q->lock);
-  r->requests = r->backend_ops = atomic_load (&q->reads.requests);
+  r->requests = atomic_load (&q->reads.requests);
+  r->backend_ops = atomic_load (&q->reads.backend_ops);
+  r->merges = atomic_load (&q->reads.merges);
   r->request_bytes = r->backend_bytes = atomic_load (&q->reads.bytes);
   r->ticks_ms_x1000 = atomic_load (&q->reads.ticks_us);
   r->errors = atomic_load (&q->reads.errors);
+  for (int i = 0; i < LATENCY_BUCKETS; i++)
+    out->read_time.bucket[i] = atomic_load (&q->reads.bucket[i]);
+  out->read_time.count = r->requests;
+  out->read_time.total_us = r->ticks_ms_x1000;
+  out->reads_waited = atomic_load (&q->read_streams.waited);
 }

@@ -38,6 +38,8 @@ struct queue_config {
   uint64_t queue_bytes;         /* queued data before writers wait */
   uint32_t queue_requests;      /* queued pieces before writers wait */
   uint64_t write_expire_ns;     /* deadline: no request waits longer */
+  uint64_t read_target_ns;      /* reads' latency target while writes
+                                 * compete (elevator_reads.c); 0: off */
   bool bypass;                  /* writes nothing can merge with go around
                                  * the queue where the backend writes to
                                  * memory (queue_bypass.c) */

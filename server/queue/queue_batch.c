@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "buffers/data_buffer.h"
+#include "common/minmax.h"
 #include "common/log.h"
 #include "queue_internal.h"
 #include "common/small_vec.h"
@@ -184,13 +185,12 @@ batch_has_room (struct batch *b)
   return true;
 }
 
-/* Whether p fits in b: its piece count and max-merge. */
+/* Whether p fits in b: its piece count and the bytes it may grow to. */
 static bool
 batch_within_limits (const struct queue *q, const struct batch *b,
                      const struct piece *p)
 {
-  return b->nr_pieces < batch_limit (q)
-    && b->bytes + p->length <= q->merge_limit;
+  return b->nr_pieces < batch_limit (q) && b->bytes + p->length <= b->limit;
 }
 
 /* Whether b may take p as well: the batch limits, and room for it in
@@ -204,18 +204,46 @@ batch_may_grow (struct queue *q, struct batch *b, const struct piece *p)
 }
 
 static void
-batch_init (struct queue *q, struct batch *b, const struct piece *first)
+batch_init (struct queue *q, struct batch *b, const struct piece *first,
+            uint64_t limit)
 {
   *b = (struct batch) {
     .q = q, .offset = first->offset, .kind = first->kind,
-    .may_trim = first->may_trim, .iov = b->inline_iov,
+    .may_trim = first->may_trim, .limit = limit, .iov = b->inline_iov,
     .iov_room = BATCH_INLINE_IOV,
   };
   TAILQ_INIT (&b->pieces);
 }
 
+/* The bytes a batch starting with p may grow to: max-merge, or while
+ * reads compete, what the elevator allows beside the write batches in
+ * flight (write_allowance).  0 when no batch may start now: the
+ * allowance is used up by batches in flight, and p has not waited past
+ * write-expire.  With nothing in flight a batch may always start, so
+ * writes keep moving at the allowance's pace.  Zeroes and trims carry
+ * no data to put ahead of a read, and are not held.
+ */
+static uint64_t
+batch_room (struct queue *q, const struct piece *p, uint64_t now)
+{
+  const struct elevator_ops *e = q->cfg.elevator;
+  uint64_t allowance;
+
+  queue_assert_locked (q);
+  if (e->write_allowance == NULL || p->kind != OP_WRITE
+      || (allowance = e->write_allowance (&q->elevator, now)) == UINT64_MAX)
+    return q->merge_limit;
+  if (q->batch_bytes < allowance)
+    return MIN (q->merge_limit, allowance - q->batch_bytes);
+  if (q->batch_bytes == 0 || p->expires_ns <= now)
+    return MIN (q->merge_limit, allowance);
+  q->elevator.reads.held++;
+  q->writes_held = true;
+  return 0;
+}
+
 /* The elevator's next run of pieces, or NULL when what it would start
- * with has to wait for an operation in flight.
+ * with has to wait for an operation in flight, or for reads (batch_room).
  */
 struct batch *
 batch_take (struct queue *q)
@@ -223,15 +251,18 @@ batch_take (struct queue *q)
   uint64_t now = monotonic_ns ();
   struct piece *p;
   struct batch *b;
+  uint64_t limit;
 
   queue_assert_locked (q);
   q->elevator.barrier_seq = q->flush.wanted ? q->flush.barrier_seq : 0;
   p = q->cfg.elevator->first (&q->elevator, now);
   if (p && must_wait (q, p))
     p = oldest_dispatchable (q);
-  if (p == NULL || (b = batch_alloc (q)) == NULL)
+  if (p == NULL || (limit = batch_room (q, p, now)) == 0
+      || (b = batch_alloc (q)) == NULL)
     return NULL;
-  batch_init (q, b, p);
+  q->writes_held = false;
+  batch_init (q, b, p, limit);
   for (;;) {
     struct piece *next = q->cfg.elevator->next (&q->elevator, p);
 
@@ -245,6 +276,8 @@ batch_take (struct queue *q)
     batch_align (q, b, now);
   q->elevator.head = b->offset + b->bytes;
   q->nr_batches++;
+  if (b->kind == OP_WRITE)
+    q->batch_bytes += b->bytes;
   return b;
 }
 
@@ -421,6 +454,8 @@ batch_complete (struct queue *q, struct batch *b, int err,
     piece_complete (q, b, p, err, now, wake_later);
   }
   q->nr_batches--;
+  if (b->kind == OP_WRITE)
+    q->batch_bytes -= b->bytes;
   q->batches_done++;            /* frees the pieces held behind it */
   batch_release (q, b);
   spares_arm_look (q);

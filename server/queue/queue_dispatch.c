@@ -430,6 +430,8 @@ dispatcher_sleep (struct queue *q)
 {
   uint64_t retry = MIN (next_retry_ns (q), failing_retry_ns (q));
 
+  if (q->writes_held)
+    retry = MIN (retry, monotonic_ns () + READ_HOLD_LOOK_NS);
   if (q->spares_look_ns && q->spares_look_ns < retry)
     lock_wait_until (&q->dispatch_wake, &q->lock, q->spares_look_ns);
   else if (retry == UINT64_MAX || retry <= monotonic_ns ())

@@ -116,6 +116,7 @@ struct batch {
   uint32_t requests;            /* distinct requests among them */
   uint64_t offset;
   uint64_t bytes;
+  uint64_t limit;               /* bytes it may grow to (batch_limits) */
   enum op_kind kind;
   bool may_trim;
   bool fua;                     /* carries a FUA piece (writes_carry_fua) */
@@ -141,6 +142,31 @@ struct batch {
  * the slot its end hashes to (queue_stream.c); a power of 2.
  */
 #define RECENT_END_SLOTS 8
+
+/* The same for reads (queue_read_streams.c), and the stream reads
+ * tracked on their way, each with the reads chained behind it.
+ */
+#define RECENT_READ_ENDS 8
+#define READ_STREAM_SLOTS 16
+
+struct read_waiter;             /* queue_read_streams.c */
+
+struct read_stream_slot {
+  bool busy;
+  uint64_t chain_end;           /* the end of its read, or of the last
+                                 * read chained behind it */
+  struct read_waiter *first, *last;
+};
+
+struct read_streams {
+  bool merging;                 /* set at creation: each backend read
+                                 * costs (not writes_to_memory) */
+  _Atomic uint64_t ends[RECENT_READ_ENDS];
+  struct lock lock;             /* the slots; never held with q->lock
+                                 * nor across I/O */
+  struct read_stream_slot slot[READ_STREAM_SLOTS];
+  _Atomic uint64_t waited;      /* reads that waited in a chain */
+};
 
 struct queue {
   /* Set at creation, read-only after. */
@@ -196,6 +222,10 @@ struct queue {
   struct piece_list spare_pieces; /* for the next requests to reuse */
   uint32_t nr_spare_pieces;
   uint32_t nr_batches;
+  uint64_t batch_bytes;         /* of the write batches in flight */
+  bool writes_held;             /* the last batch_take held writes back for
+                                 * reads: the dispatch thread looks again
+                                 * within READ_HOLD_LOOK_NS */
   uint64_t batches_done;        /* completed, for piece->held_until */
   struct batch *spare_batches;  /* finished, for the next to reuse */
   struct batch *retrying;       /* in flight, waiting to be tried again */
@@ -241,11 +271,14 @@ struct queue {
 
   struct queue_stats stats;
   /* Reads are counted without the lock; queue_stats_snapshot folds
-   * these into stats.op[OP_READ].
+   * these into stats.op[OP_READ] and stats.read_time.
    */
   struct {
     _Atomic uint64_t requests, bytes, ticks_us, errors;
+    _Atomic uint64_t backend_ops, merges;
+    _Atomic uint64_t bucket[LATENCY_BUCKETS];
   } reads;
+  struct read_streams read_streams;
 };
 
 /* Requests queued: pieces, and the requests appended to them. */
@@ -348,6 +381,12 @@ int failing_error_for (const struct queue *, uint64_t barrier_seq);
 int failing_blocks_writers (const struct queue *);
 void failing_drop_all (struct queue *);
 
+/* queue_read_streams.c: a read request, at once or merged behind a
+ * busy stream, counted; 0 or -1 with errno.
+ */
+int read_request (struct queue *, void *buf, uint32_t count,
+                  uint64_t offset);
+
 /* queue_stream.c */
 void note_write_end (struct queue *, uint64_t end);
 bool continues_recent_write (const struct queue *, uint64_t offset);
@@ -381,11 +420,19 @@ note_request (struct queue *q, struct session *s, enum op_kind kind,
     q->stats.fua_requests++;
 }
 
-/* queue_read.c */
+/* queue_read.c: a read or extents laid over the queue's pieces; 0, or
+ * -1 with errno.
+ */
 int read_overlaid (struct queue *, void *buf, uint32_t count,
                    uint64_t offset);
 int extents_overlaid (struct queue *, uint64_t count, uint64_t offset,
                       struct extent_list *);
+
+/* How soon the dispatch thread looks again at writes held back for
+ * reads (batch_room): reads may have stopped, the allowance grown, or the
+ * oldest write expired, and none of those wakes it.
+ */
+#define READ_HOLD_LOOK_NS (5 * NS_PER_MS)
 
 /* Batches in flight on an asynchronous backend before a waiting write
  * that continues one of them is held to merge (queue.c,

@@ -11,7 +11,8 @@
 
 const char *const queue_keys[] = {
   "ack", "elevator", "unplug-delay", "unplug-thresh", "max-merge",
-  "queue-bytes", "queue-requests", "write-expire", "bypass", NULL,
+  "queue-bytes", "queue-requests", "write-expire", "read-target", "bypass",
+  NULL,
 };
 
 bool
@@ -59,6 +60,17 @@ set_bypass (struct queue_config *qc, const char *key, const char *value)
   return 0;
 }
 
+/* A delay, or off: no limit on writes for the sake of reads. */
+static int
+set_read_target (struct queue_config *qc, const char *key, const char *value)
+{
+  if (strcmp (value, "off") == 0) {
+    qc->read_target_ns = 0;
+    return 0;
+  }
+  return config_parse_delay (key, value, false, &qc->read_target_ns);
+}
+
 /* The message lists the elevators of the table, as --help does. */
 static int
 set_elevator (struct queue_config *qc, const char *key, const char *value)
@@ -90,6 +102,8 @@ queue_key_set (struct queue_config *qc, const char *key, const char *value)
     return config_parse_delay (key, value, true, &qc->unplug_delay_ns);
   if (strcmp (key, "write-expire") == 0)
     return config_parse_delay (key, value, false, &qc->write_expire_ns);
+  if (strcmp (key, "read-target") == 0)
+    return set_read_target (qc, key, value);
   if (strcmp (key, "unplug-thresh") == 0)
     return config_parse_count (key, value, &qc->unplug_thresh);
   if (strcmp (key, "queue-requests") == 0)

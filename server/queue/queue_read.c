@@ -106,24 +106,13 @@ overlay_apply_data (const overlay_set *set, bool trim_reads_zero,
   }
 }
 
-static void
-count_read (struct queue *q, uint32_t count, uint64_t start_ns, int r)
-{
-  atomic_fetch_add_explicit (&q->reads.requests, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit (&q->reads.bytes, count, memory_order_relaxed);
-  atomic_fetch_add_explicit (&q->reads.ticks_us,
-                             (monotonic_ns () - start_ns) / 1000,
-                             memory_order_relaxed);
-  if (r == -1)
-    atomic_fetch_add_explicit (&q->reads.errors, 1, memory_order_relaxed);
-}
-
-/* queue_pread, once the range is checked. */
+/* One backend read with the queue laid over it (counted by the caller,
+ * queue_read_streams.c).
+ */
 int
 read_overlaid (struct queue *q, void *buf, uint32_t count, uint64_t offset)
 {
   overlay_set set;
-  uint64_t start = monotonic_ns ();
   int r;
 
   if (snapshot (q, offset, offset + count, &set) == -1)
@@ -133,7 +122,6 @@ read_overlaid (struct queue *q, void *buf, uint32_t count, uint64_t offset)
     overlay_apply_data (&set, q->backend->trim_reads_zero, buf, offset,
                         offset + count);
   overlay_free (&set);
-  count_read (q, count, start, r);
   return r;
 }
 

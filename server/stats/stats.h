@@ -82,6 +82,10 @@ struct queue_stats {
   uint64_t writeback_retries;   /* write-outs tried again for memory */
   uint64_t read_modify_writes;  /* write-outs that read partial blocks */
   uint64_t bypassed_writes;     /* writes that went around the queue */
+  uint64_t reads_waited;        /* reads that waited behind a busy stream
+                                 * to go out merged */
+  uint64_t writes_held;         /* write dispatches held back while reads
+                                 * competed (read-target) */
   uint64_t queued_requests;     /* now */
   uint64_t queued_bytes;        /* now */
   uint64_t in_flight;           /* now */
@@ -90,6 +94,7 @@ struct queue_stats {
   struct latency_histogram queue_time;    /* arrival -> dispatch start */
   struct latency_histogram dispatch_time; /* backend operation duration */
   struct latency_histogram flush_time;    /* FLUSH request latency */
+  struct latency_histogram read_time;     /* read request latency */
 };
 
 #endif /* PLUGQ_STATS_H */

@@ -140,6 +140,7 @@ config_json (const struct queue_config *qc)
       || set (o, "queue_bytes", num (qc->queue_bytes)) == -1
       || set (o, "queue_requests", num (qc->queue_requests)) == -1
       || set (o, "write_expire_us", num (qc->write_expire_ns / 1000)) == -1
+      || set (o, "read_target_us", num (qc->read_target_ns / 1000)) == -1
       || set (o, "bypass", json_string (qc->bypass ? "auto" : "never")) == -1) {
     json_decref (o);
     return NULL;
@@ -209,6 +210,8 @@ disk_json (struct queue *q)
       || set (o, "writeback_retries", num (st.writeback_retries)) == -1
       || set (o, "read_modify_writes", num (st.read_modify_writes)) == -1
       || set (o, "bypassed_writes", num (st.bypassed_writes)) == -1
+      || set (o, "reads_waited", num (st.reads_waited)) == -1
+      || set (o, "writes_held", num (st.writes_held)) == -1
       || set (o, "queued_requests", num (st.queued_requests)) == -1
       || set (o, "queued_bytes", num (st.queued_bytes)) == -1
       || set (o, "in_flight", num (st.in_flight)) == -1
@@ -216,7 +219,8 @@ disk_json (struct queue *q)
       || set (o, "queue_time_us", histogram_json (&st.queue_time)) == -1
       || set (o, "dispatch_time_us",
               histogram_json (&st.dispatch_time)) == -1
-      || set (o, "flush_time_us", histogram_json (&st.flush_time)) == -1)
+      || set (o, "flush_time_us", histogram_json (&st.flush_time)) == -1
+      || set (o, "read_time_us", histogram_json (&st.read_time)) == -1)
     goto fail;
   return o;
 

@@ -77,11 +77,17 @@ static const struct family disk_families[] = {
   { "plugq_bypassed_writes_total", "counter",
     "Writes that went to the backend around the queue (bypass=auto).",
     DISK (bypassed_writes), SCALE_ONE },
+  { "plugq_reads_waited_total", "counter",
+    "Reads that waited behind a busy stream of reads to go out merged.",
+    DISK (reads_waited), SCALE_ONE },
+  { "plugq_writes_held_total", "counter",
+    "Write dispatches held back while reads competed (read-target).",
+    DISK (writes_held), SCALE_ONE },
   { "plugq_latched_errors_total", "counter",
-    "Backend errors writing out answered data, latched for the next FLUSH or FUA.",
+    "Errors that lost answered data (failed backend flushes), latched for FLUSH and FUA.",
     DISK (latched_errors), SCALE_ONE },
   { "plugq_writeback_retries_total", "counter",
-    "Write-outs tried again after running short of memory.",
+    "Write-outs of answered data tried again after they failed.",
     DISK (writeback_retries), SCALE_ONE },
   { "plugq_read_modify_writes_total", "counter",
     "Write-outs of partial blocks of a direct=true disk, by read-modify-write.",
@@ -136,6 +142,9 @@ static const struct family histogram_families[] = {
   { "plugq_flush_time_seconds", "histogram",
     "Time each FLUSH waited for the drain and the backend flush.",
     DISK (flush_time), SCALE_US },
+  { "plugq_read_time_seconds", "histogram",
+    "Time from a read's arrival to its answer, waiting included.",
+    DISK (read_time), SCALE_US },
 };
 
 #define FAMILIES(t) (sizeof (t) / sizeof (t)[0])
@@ -306,6 +315,7 @@ put_config (FILE *fp, const struct disk_view *dv, size_t n)
     "plugq_unplug_delay_seconds", "plugq_unplug_threshold_requests",
     "plugq_max_merge_bytes", "plugq_queue_limit_bytes",
     "plugq_queue_limit_requests", "plugq_write_expire_seconds",
+    "plugq_read_target_seconds",
   };
   static const char *const helps[] = {
     "The unplug timer (unplug-delay=).",
@@ -314,6 +324,7 @@ put_config (FILE *fp, const struct disk_view *dv, size_t n)
     "Queued data before writers wait (queue-bytes=).",
     "Queued pieces before writers wait (queue-requests=).",
     "The deadline elevator's expiry (write-expire=).",
+    "Reads' latency target while writes compete (read-target=; 0: off).",
   };
   size_t k, i;
 
@@ -324,8 +335,9 @@ put_config (FILE *fp, const struct disk_view *dv, size_t n)
       const uint64_t values[] = {
         c->unplug_delay_ns, c->unplug_thresh, c->max_merge,
         c->queue_bytes, c->queue_requests, c->write_expire_ns,
+        c->read_target_ns,
       };
-      enum scale scale = k == 0 || k == 5 ? SCALE_NS : SCALE_ONE;
+      enum scale scale = k == 0 || k == 5 || k == 6 ? SCALE_NS : SCALE_ONE;
 
       put_sample (fp, names[k], dv[i].name, NULL, NULL, values[k], scale);
     }

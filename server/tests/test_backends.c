@@ -37,6 +37,7 @@ struct tb_kind {
 struct tb_slot {
   struct backend_io *io;
   uint64_t offset, count;
+  uint64_t write_bytes;         /* count, for a write's data */
   uint64_t seq;                 /* submission order */
   bool picked;                  /* a worker is running it */
   /* Passed through to an inner backend with threads of its own: */
@@ -64,6 +65,8 @@ struct test_backend {
   _Atomic int flushes;          /* backend flushes running */
   _Atomic bool stopped;         /* queue_stop returned */
   struct tb_slot *running;      /* under lock: max_writers slots */
+  uint64_t write_bytes;         /* under lock: of writes running now */
+  uint64_t write_bytes_max;     /* under lock: the most at once */
   uint8_t *dirty;               /* under lock: changed since a flush began */
 
   /* Async mode: submitted operations, pending or running. */
@@ -229,6 +232,18 @@ check_no_overlap (struct test_backend *tb, const struct tb_slot *slots,
  * backend takes asynchronous operations.  The slot the call runs in, or
  * -1 for a flush or when nothing is checked.
  */
+/* Under tb->lock: n more (or, negative, fewer) bytes of writes at the
+ * backend at once.
+ */
+static void
+count_write_bytes (struct test_backend *tb, int64_t n)
+{
+  lock_assert_held (&tb->lock);
+  tb->write_bytes += n;
+  if (tb->write_bytes > tb->write_bytes_max)
+    tb->write_bytes_max = tb->write_bytes;
+}
+
 static int
 writer_enter (struct test_backend *tb, const struct tb_call *c)
 {
@@ -246,8 +261,10 @@ writer_enter (struct test_backend *tb, const struct tb_call *c)
   for (unsigned i = 0; i < limit && slot == -1; i++)
     if (tb->running[i].count == 0) {
       tb->running[i] = (struct tb_slot) {
-        .offset = c->offset, .count = c->count
+        .offset = c->offset, .count = c->count,
+        .write_bytes = c->op == TB_PWRITEV ? c->count : 0,
       };
+      count_write_bytes (tb, tb->running[i].write_bytes);
       slot = (int) i;
     }
   lock_release (&tb->lock);
@@ -259,6 +276,7 @@ writer_leave (struct test_backend *tb, int slot)
 {
   if (slot >= 0) {
     lock_acquire (&tb->lock);
+    count_write_bytes (tb, -(int64_t) tb->running[slot].write_bytes);
     tb->running[slot].count = 0;
     lock_release (&tb->lock);
   }
@@ -886,6 +904,7 @@ static void
 slot_free (struct test_backend *tb, struct tb_slot *s)
 {
   lock_acquire (&tb->lock);
+  count_write_bytes (tb, -(int64_t) s->write_bytes);
   *s = (struct tb_slot) { .io = NULL };
   tb->nr_ops--;
   lock_release (&tb->lock);
@@ -997,8 +1016,10 @@ tb_submit (struct backend *b, struct backend_io *io)
   for (slot = 0; tb->slots[slot].io; slot++)
     ;
   tb->slots[slot] = (struct tb_slot) {
-    .io = io, .offset = io->offset, .count = count, .seq = tb->next_seq++
+    .io = io, .offset = io->offset, .count = count, .seq = tb->next_seq++,
+    .write_bytes = io->kind == OP_WRITE ? count : 0,
   };
+  count_write_bytes (tb, tb->slots[slot].write_bytes);
   tb->nr_ops++;
   if (tb->pass_through) {
     tb->slots[slot].picked = true;
@@ -1328,4 +1349,17 @@ test_backend_holds (struct test_backend *tb, int c, size_t count,
                     uint64_t offset)
 {
   return test_reads_as (read_inner, tb, c, count, offset, "backend");
+}
+
+uint64_t
+test_backend_max_write_bytes (struct test_backend *tb, bool reset)
+{
+  uint64_t max;
+
+  lock_acquire (&tb->lock);
+  max = tb->write_bytes_max;
+  if (reset)
+    tb->write_bytes_max = tb->write_bytes;
+  lock_release (&tb->lock);
+  return max;
 }

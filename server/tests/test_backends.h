@@ -169,6 +169,12 @@ void test_backend_stopped (struct test_backend *);
 /* Submitted operations not yet done. */
 unsigned test_backend_in_flight (struct test_backend *);
 
+/* The most bytes of writes the backend had running at once since the
+ * contract was checked (or the last reset, which starts again from what
+ * runs now).  Only once the contract is checked.
+ */
+uint64_t test_backend_max_write_bytes (struct test_backend *, bool reset);
+
 /* ------------------------------------------------------------ watching */
 
 /* Calls that arrived / finished (failed ones included). */

@@ -63,30 +63,30 @@ test_references (void)
 static void
 test_ring_bounded (void)
 {
-  struct data_buffer *v[DATA_BUFFER_SPARES + 1], *w[DATA_BUFFER_SPARES + 1];
+  struct data_buffer *v[SPARE_RING_CELLS + 1], *w[SPARE_RING_CELLS + 1];
   char c = 'c';
   size_t reused = 0;
   bool ok = true;
 
   data_buffer_spares_init (&spares);
-  for (size_t i = 0; i <= DATA_BUFFER_SPARES; i++)
+  for (size_t i = 0; i <= SPARE_RING_CELLS; i++)
     ok &= CHECK ((v[i] = data_buffer_new (&c, 1, 1, NULL, &spares)) != NULL);
-  for (size_t i = 0; ok && i <= DATA_BUFFER_SPARES; i++)
+  for (size_t i = 0; ok && i <= SPARE_RING_CELLS; i++)
     data_buffer_put (v[i]);     /* the last finds the ring full */
-  for (size_t i = 0; ok && i <= DATA_BUFFER_SPARES; i++) {
+  for (size_t i = 0; ok && i <= SPARE_RING_CELLS; i++) {
     ok &= CHECK ((w[i] = data_buffer_new (&c, 1, 1, NULL, &spares)) != NULL);
-    for (size_t j = 0; ok && j < DATA_BUFFER_SPARES; j++)
+    for (size_t j = 0; ok && j < SPARE_RING_CELLS; j++)
       if (w[i] == v[j]) {
         reused++;
         break;
       }
   }
-  for (size_t i = 0; ok && i <= DATA_BUFFER_SPARES; i++)
+  for (size_t i = 0; ok && i <= SPARE_RING_CELLS; i++)
     data_buffer_put (w[i]);
   data_buffer_spares_free (&spares);
-  tap_ok (ok && reused == DATA_BUFFER_SPARES,
+  tap_ok (ok && reused == SPARE_RING_CELLS,
           "the spares keep %d buffers, no more (%zu reused)",
-          DATA_BUFFER_SPARES, reused);
+          SPARE_RING_CELLS, reused);
 }
 
 static void

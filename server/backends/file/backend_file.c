@@ -213,6 +213,7 @@ file_close (struct backend *b)
     close (f->seek_fd);
   if (f->fd >= 0)
     close (f->fd);
+  direct_bounces_free (f);
   free (f->path);
   free (b->description);
   free (f);
@@ -399,6 +400,7 @@ backend_file_open (const char *path, bool direct, bool readonly)
     return NULL;
   }
   f->fd = f->seek_fd = -1;
+  direct_bounces_init (f);
   f->direct = direct;
   f->readonly = readonly;
   f->b.ops = &file_ops;

@@ -20,6 +20,7 @@
 #include <sys/uio.h>
 
 #include "backends/backend.h"
+#include "buffers/spare_ring.h"
 
 struct file_backend {
   struct backend b;             /* first, so the two pointers convert */
@@ -40,6 +41,11 @@ struct file_backend {
   atomic_bool can_zeroout;
   atomic_bool can_discard;
   atomic_bool can_seek;
+
+  /* O_DIRECT: aligned bounce buffers of DIRECT_BOUNCE_SMALL bytes for
+   * reads and writes into unaligned memory (backend_file_direct.c).
+   */
+  struct spare_ring bounces;
 };
 
 static inline struct file_backend *
@@ -86,5 +92,8 @@ int direct_pread (struct file_backend *f, void *buf, size_t count,
                   uint64_t offset);
 int direct_pwritev (struct file_backend *f, const struct iovec *iov,
                     int iovcnt, uint64_t total, uint64_t offset);
+/* The spare bounce buffers: set up at open, freed at close. */
+void direct_bounces_init (struct file_backend *f);
+void direct_bounces_free (struct file_backend *f);
 
 #endif /* PLUGQ_BACKEND_FILE_H */

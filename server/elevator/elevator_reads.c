@@ -1,0 +1,115 @@
+/* plugq: reads against writes, the feedback rule an elevator uses to
+ * keep reads within a latency target while writes stream.
+ *
+ * A reader waits for its data; most writes are answered before they
+ * reach the backend.  A backend busy with large merged writes makes every
+ * read wait behind them (on a disk, behind the device's queue; on a
+ * remote, behind megabytes of write data ahead of it on the socket), so
+ * while reads compete, the writes the queue keeps at the backend are
+ * held to what lets reads meet read-target, as kyber throttles writes:
+ *
+ *   - Each read counts itself active from arrival to answer and says,
+ *     when answered, whether its latency met the target
+ *     (read_feedback_arrive, read_feedback_done); lock-free.
+ *   - Reads compete while one is active or one arrived within
+ *     READ_QUIET_NS.  Otherwise writes have no limit.
+ *   - When reads start competing, writes may keep READ_ALLOWANCE_START
+ *     bytes at the backend.  Every READ_WINDOW_NS the window's reads
+ *     judge it: more than one in READ_MISSED_SHARE missed the target,
+ *     the allowance halves (not below READ_ALLOWANCE_FLOOR); none
+ *     missed, it doubles, and past READ_ALLOWANCE_CEILING writes have no
+ *     limit again.  A window with no read judges nothing.
+ *
+ * What the allowance is not: a way to starve writes.  The queue lets a
+ * batch go whenever no write is in flight, so writes keep flowing at the
+ * floor's pace at least, and a batch past write-expire goes whatever the
+ * allowance says (batch_take).  With read-target=off (target 0) there is
+ * no limit.
+ */
+#include <config.h>
+
+#include "elevator.h"
+
+#define READ_WINDOW_NS (10 * 1000 * 1000ull)
+#define READ_QUIET_NS (20 * 1000 * 1000ull)
+#define READ_MISSED_SHARE 10
+#define READ_ALLOWANCE_FLOOR (64 * 1024ull)
+#define READ_ALLOWANCE_START (1024 * 1024ull)
+#define READ_ALLOWANCE_CEILING (64 * 1024 * 1024ull)
+
+/* active is counted with read-target=off too: streams of reads merge by
+ * it (queue_read_streams.c).
+ */
+void
+read_feedback_arrive (struct read_feedback *f, uint64_t now_ns)
+{
+  atomic_fetch_add_explicit (&f->active, 1, memory_order_relaxed);
+  if (f->target_ns)
+    atomic_store_explicit (&f->last_ns, now_ns, memory_order_relaxed);
+}
+
+void
+read_feedback_done (struct read_feedback *f, uint64_t latency_ns)
+{
+  atomic_fetch_sub_explicit (&f->active, 1, memory_order_relaxed);
+  if (f->target_ns == 0)
+    return;
+  if (latency_ns <= f->target_ns)
+    atomic_fetch_add_explicit (&f->met, 1, memory_order_relaxed);
+  else
+    atomic_fetch_add_explicit (&f->missed, 1, memory_order_relaxed);
+}
+
+bool
+read_feedback_competing (const struct read_feedback *f, uint64_t now_ns)
+{
+  return f->target_ns
+    && (atomic_load_explicit (&f->active, memory_order_relaxed) > 0
+        || now_ns - atomic_load_explicit (&f->last_ns, memory_order_relaxed)
+           < READ_QUIET_NS);
+}
+
+/* The window's verdict on the allowance: enough reads missed, halve it
+ * (from no limit, start at READ_ALLOWANCE_START); none missed, double it
+ * (past the ceiling, no limit).
+ */
+static void
+judge_window (struct read_feedback *f)
+{
+  uint32_t met = atomic_exchange_explicit (&f->met, 0, memory_order_relaxed);
+  uint32_t missed = atomic_exchange_explicit (&f->missed, 0,
+                                              memory_order_relaxed);
+
+  if (missed * READ_MISSED_SHARE > met + missed) {
+    f->allowance = f->allowance == UINT64_MAX ? READ_ALLOWANCE_START
+      : f->allowance / 2;
+    if (f->allowance < READ_ALLOWANCE_FLOOR)
+      f->allowance = READ_ALLOWANCE_FLOOR;
+  }
+  else if (missed == 0 && met > 0 && f->allowance != UINT64_MAX) {
+    f->allowance *= 2;
+    if (f->allowance > READ_ALLOWANCE_CEILING)
+      f->allowance = UINT64_MAX;
+  }
+}
+
+uint64_t
+read_feedback_allowance (struct read_feedback *f, uint64_t now_ns)
+{
+  if (!read_feedback_competing (f, now_ns)) {
+    f->allowance = UINT64_MAX;
+    f->window_start_ns = 0;
+    return UINT64_MAX;
+  }
+  if (f->window_start_ns == 0) {        /* reads start competing */
+    atomic_store_explicit (&f->met, 0, memory_order_relaxed);
+    atomic_store_explicit (&f->missed, 0, memory_order_relaxed);
+    f->allowance = READ_ALLOWANCE_START;
+    f->window_start_ns = now_ns;
+  }
+  else if (now_ns - f->window_start_ns >= READ_WINDOW_NS) {
+    judge_window (f);
+    f->window_start_ns = now_ns;
+  }
+  return f->allowance;
+}

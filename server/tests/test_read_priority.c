@@ -1,0 +1,352 @@
+/* plugq: unit tests for reads in the elevator (elevator_reads.c,
+ * queue_read_streams.c, batch_room in queue_batch.c).
+ *
+ *  - While a read competes (here: held at the backend), the writes the
+ *    queue keeps at the backend stay within the elevator's allowance,
+ *    and writes held back are counted; once reads stop, writes go at
+ *    max-merge again.  With read-target=off nothing is held.
+ *  - Held writes never wait past write-expire.
+ *  - Sequential reads at depth wait behind the reads on their way and go
+ *    out as one backend read, each getting its part with the queue's
+ *    writes laid over it; one at a time (depth 1) they never wait.
+ *
+ * Each case runs over a synchronous and an asynchronous backend; every
+ * wait is bounded (fixtures.h).
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fixtures.h"
+#include "queue/queue.h"
+#include "tap.h"
+#include "test_backends.h"
+
+#define KiB ((uint64_t) 1024)
+#define MiB (1024 * KiB)
+#define DISK_SIZE (16 * MiB)
+#define READ_AT (12 * MiB)      /* reads here, writes below */
+#define MAX_CALLS 256
+
+static unsigned async_mode;
+#define MODE (async_mode ? " [async]" : "")
+
+static void
+record_breach (void *arg, const char *msg)
+{
+  printf ("# backend contract broken: %s\n", msg);
+}
+
+/* One disk whose backend checks the contract (and so counts the write
+ * bytes it runs at once).
+ */
+static bool
+rig (struct test_rig *r, struct queue_config *cfg)
+{
+  struct tb_contract c = {
+    .merge_limit = cfg->max_merge, .fault = record_breach,
+  };
+  struct test_backend *tb;
+
+  memset (r, 0, sizeof *r);
+  tb = test_rig_backend (r, DISK_SIZE);
+  return CHECK (tb != NULL)
+    && (!async_mode || CHECK (test_backend_set_async (tb, 4) == 0))
+    && CHECK (test_backend_check_contract (tb, &c) == 0)
+    && CHECK (test_rig_start (r, cfg));
+}
+
+struct read_job {
+  struct queue *q;
+  uint64_t offset;
+  uint32_t count;
+  unsigned char buf[64 * KiB];
+};
+
+static int
+read_job_run (void *arg)
+{
+  struct read_job *j = arg;
+
+  return queue_pread (j->q, j->buf, j->count, j->offset) == 0 ? 0 : errno;
+}
+
+/* count bytes of c at offset, as stream writes of 64 KiB. */
+static bool
+write_stream (struct queue *q, int c, uint64_t count, uint64_t offset)
+{
+  for (uint64_t at = 0; at < count; at += 64 * KiB)
+    if (!CHECK (test_write_fill (q, NULL, c, 64 * KiB, offset + at, 0) == 0))
+      return false;
+  return true;
+}
+
+/* ------------------------------------------------------------ priority */
+
+/* The cases' queue: nothing goes out before the FLUSH that starts each
+ * case's writing (16 MiB merges: 8 MiB queued do not unplug it), so the
+ * allowance, not max-merge, caps what is held back.
+ */
+static struct queue_config
+priority_config (void)
+{
+  struct queue_config cfg = test_config (TEST_HOUR, 100000);
+
+  cfg.max_merge = 16 * MiB;
+  cfg.bypass = false;
+  cfg.read_target_ns = 1 * TEST_MS;
+  return cfg;
+}
+
+struct flush_job {
+  struct queue *q;
+};
+
+static int
+flush_job_run (void *arg)
+{
+  struct flush_job *j = arg;
+
+  return queue_flush (j->q, NULL) == 0 ? 0 : errno;
+}
+
+/* A read held at the backend competes with 16 MiB of writes, each held
+ * at the backend too.  Returns with the read's and the flush's threads
+ * running; released and joined by the caller.
+ */
+static bool
+writes_beside_held_read (struct test_rig *r, struct read_job *rj,
+                         struct test_thread *rt, struct flush_job *fj,
+                         struct test_thread *ft)
+{
+  struct queue *q = r->d[0].q;
+  bool ok;
+
+  *rj = (struct read_job) { .q = q, .offset = READ_AT, .count = 4 * KiB };
+  *fj = (struct flush_job) { .q = q };
+  test_backend_block (r->d[0].tb, TB_PREAD);
+  ok = CHECK (test_thread_start (rt, read_job_run, rj) == 0)
+    && CHECK (test_backend_wait_entered (r->d[0].tb, TB_PREAD, 1));
+  ok = ok && write_stream (q, 'w', 8 * MiB, 0);
+  if (ok)
+    test_backend_block (r->d[0].tb, TB_PWRITEV);
+  ok = ok && CHECK (test_thread_start (ft, flush_job_run, fj) == 0)
+    && CHECK (test_backend_wait_entered (r->d[0].tb, TB_PWRITEV, 1));
+  return ok;
+}
+
+static void
+test_writes_held_for_reads (void)
+{
+  struct queue_config cfg = priority_config ();
+  struct test_thread rt = TEST_THREAD_INIT, ft = TEST_THREAD_INIT;
+  struct read_job rj;
+  struct flush_job fj;
+  struct test_rig r;
+  uint64_t held_max = 0, after_max = 0;
+  bool ok, held = false, released = false;
+
+  ok = rig (&r, &cfg) && writes_beside_held_read (&r, &rj, &rt, &fj, &ft);
+  /* One batch of at most the starting allowance is on its way; the next
+   * is held while the read competes.
+   */
+  held = ok && !TEST_SOON (test_backend_entered (r.d[0].tb, TB_PWRITEV) > 1);
+  ok = ok && CHECK (held);
+  ok = ok && CHECK (TEST_WAIT_FOR (test_stats (r.d[0].q).writes_held > 0));
+  held_max = test_backend_max_write_bytes (r.d[0].tb, true);
+  ok = ok && CHECK (held_max <= 1 * MiB);
+  /* The read ends: writes are no longer held, and go at max-merge. */
+  test_backend_release (r.d[0].tb, TB_PREAD);
+  ok = ok && CHECK (test_thread_wait (&rt)) && CHECK (rt.result == 0);
+  test_backend_release (r.d[0].tb, TB_PWRITEV);
+  ok = ok && CHECK (test_thread_wait (&ft)) && CHECK (ft.result == 0);
+  after_max = test_backend_max_write_bytes (r.d[0].tb, false);
+  released = after_max > 1 * MiB;
+  ok = ok && CHECK (test_backend_holds (r.d[0].tb, 'w', 8 * MiB, 0));
+  test_backend_release_all (r.d[0].tb);
+  test_thread_join (&rt);
+  test_thread_join (&ft);
+  test_rig_stop (&r);
+  tap_ok (ok && released, "while a read competes, writes at the backend stay"
+          " within the allowance (%" PRIu64 " KiB at most), the rest held;"
+          " after it, they go at max-merge (%" PRIu64 " KiB at once)%s",
+          held_max / KiB, after_max / KiB, MODE);
+}
+
+static void
+test_read_target_off (void)
+{
+  struct queue_config cfg = priority_config ();
+  struct test_thread rt = TEST_THREAD_INIT, ft = TEST_THREAD_INIT;
+  struct read_job rj;
+  struct flush_job fj;
+  struct test_rig r;
+  bool ok;
+
+  cfg.read_target_ns = 0;
+  ok = rig (&r, &cfg) && writes_beside_held_read (&r, &rj, &rt, &fj, &ft);
+  /* All 8 MiB at once: nothing held. */
+  ok = ok && CHECK (test_backend_max_write_bytes (r.d[0].tb, false)
+                    == 8 * MiB);
+  ok = ok && CHECK (test_stats (r.d[0].q).writes_held == 0);
+  test_backend_release_all (r.d[0].tb);
+  ok = ok && CHECK (test_thread_wait (&rt)) && CHECK (test_thread_wait (&ft));
+  test_thread_join (&rt);
+  test_thread_join (&ft);
+  test_rig_stop (&r);
+  tap_ok (ok, "read-target=off: writes are not held for reads%s", MODE);
+}
+
+/* Held writes go once the oldest has waited past write-expire, though
+ * the read still competes.
+ */
+static void
+test_held_writes_expire (void)
+{
+  struct queue_config cfg = priority_config ();
+  struct test_thread rt = TEST_THREAD_INIT, ft = TEST_THREAD_INIT;
+  struct read_job rj;
+  struct flush_job fj;
+  struct test_rig r;
+  bool ok;
+
+  cfg.write_expire_ns = 100 * TEST_MS;
+  ok = rig (&r, &cfg) && writes_beside_held_read (&r, &rj, &rt, &fj, &ft);
+  if (ok && !async_mode)        /* one writer: let the first batch end */
+    test_backend_step (r.d[0].tb, TB_PWRITEV, 1);
+  ok = ok && CHECK (TEST_WAIT_FOR (test_backend_entered (r.d[0].tb,
+                                                         TB_PWRITEV) > 1));
+  ok = ok && CHECK (!test_thread_done (&rt));   /* the read still waits */
+  test_backend_release_all (r.d[0].tb);
+  ok = ok && CHECK (test_thread_wait (&rt)) && CHECK (test_thread_wait (&ft));
+  ok = ok && CHECK (test_backend_holds (r.d[0].tb, 'w', 8 * MiB, 0));
+  test_thread_join (&rt);
+  test_thread_join (&ft);
+  test_rig_stop (&r);
+  tap_ok (ok, "writes held for a read go once past write-expire%s", MODE);
+}
+
+/* ------------------------------------------------------------ merging */
+
+#define STREAM_READS 8
+
+/* Sequential 4 KiB reads from READ_AT, one thread each, started in order
+ * while the backend holds reads: the first ones go at once, those past
+ * the busy mark wait behind them and go as one read.  A write queued
+ * over one of them is laid over its part.
+ */
+static void
+test_stream_reads_merge (void)
+{
+  struct queue_config cfg = test_config (TEST_HOUR, 100000);
+  struct test_thread t[STREAM_READS];
+  static struct read_job j[STREAM_READS];
+  struct tb_call calls[MAX_CALLS];
+  struct queue_stats st;
+  struct test_rig r;
+  uint64_t waited = 0;
+  size_t n = 0;
+  bool ok;
+
+  for (unsigned i = 0; i < STREAM_READS; i++)
+    t[i] = (struct test_thread) TEST_THREAD_INIT;
+  cfg.bypass = false;
+  ok = rig (&r, &cfg);
+  ok = ok && write_stream (r.d[0].q, 'r', 64 * KiB, READ_AT);
+  ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0);
+  /* Queued over the sixth read's bytes. */
+  ok = ok && CHECK (test_write_fill (r.d[0].q, NULL, 'n', 4 * KiB,
+                                     READ_AT + 5 * 4 * KiB, 0) == 0);
+  if (ok)
+    test_backend_block (r.d[0].tb, TB_PREAD);
+  for (unsigned i = 0; ok && i < STREAM_READS; i++) {
+    j[i] = (struct read_job) {
+      .q = r.d[0].q, .offset = READ_AT + i * 4 * KiB, .count = 4 * KiB,
+    };
+    ok = CHECK (test_thread_start (&t[i], read_job_run, &j[i]) == 0);
+    /* In order: each is either at the backend or waiting before the
+     * next starts.
+     */
+    ok = ok && CHECK (TEST_WAIT_FOR (test_backend_entered (r.d[0].tb,
+                                                           TB_PREAD)
+                                     + test_stats (r.d[0].q).reads_waited
+                                     == i + 1));
+  }
+  if (ok)
+    waited = test_stats (r.d[0].q).reads_waited;
+  test_backend_release (r.d[0].tb, TB_PREAD);
+  for (unsigned i = 0; i < STREAM_READS; i++)
+    ok = ok && CHECK (test_thread_wait (&t[i])) && CHECK (t[i].result == 0);
+  for (unsigned i = 0; ok && i < STREAM_READS; i++)
+    ok = CHECK (test_buffer_is (j[i].buf, i == 5 ? 'n' : 'r', 4 * KiB,
+                                j[i].offset, "a read of the stream"));
+  if (ok) {
+    n = test_backend_calls (r.d[0].tb, TB_PREAD, calls, MAX_CALLS);
+    st = test_stats (r.d[0].q);
+    ok = CHECK (n == STREAM_READS - waited + 1)
+      && CHECK (calls[n - 1].count == waited * 4 * KiB)
+      && CHECK (st.op[OP_READ].merges == waited - 1)
+      && CHECK (st.op[OP_READ].backend_ops == n)
+      && CHECK (st.read_time.count == STREAM_READS);
+  }
+  test_backend_release_all (r.d[0].tb);
+  for (unsigned i = 0; i < STREAM_READS; i++)
+    test_thread_join (&t[i]);
+  test_rig_stop (&r);
+  tap_ok (ok && waited > 1, "sequential reads at depth: %" PRIu64 " waited"
+          " and went as one backend read (%zu in all for %d reads), the"
+          " queued write laid over its part%s", waited, n, STREAM_READS,
+          MODE);
+}
+
+/* One at a time, a stream never waits: nothing is added at depth 1. */
+static void
+test_stream_reads_depth_one (void)
+{
+  struct queue_config cfg = test_config (TEST_HOUR, 100000);
+  struct read_job j;
+  struct queue_stats st;
+  struct test_rig r;
+  bool ok;
+
+  ok = rig (&r, &cfg);
+  for (unsigned i = 0; ok && i < 32; i++) {
+    j = (struct read_job) {
+      .q = r.d[0].q, .offset = READ_AT + i * 4 * KiB, .count = 4 * KiB,
+    };
+    ok = CHECK (read_job_run (&j) == 0);
+  }
+  st = test_stats (r.d[0].q);
+  ok = ok && CHECK (st.reads_waited == 0)
+    && CHECK (st.op[OP_READ].backend_ops == 32)
+    && CHECK (st.op[OP_READ].merges == 0);
+  test_rig_stop (&r);
+  tap_ok (ok, "sequential reads one at a time never wait%s", MODE);
+}
+
+int
+main (void)
+{
+  static void (*const cases[]) (void) = {
+    test_writes_held_for_reads,
+    test_read_target_off,
+    test_held_writes_expire,
+    test_stream_reads_merge,
+    test_stream_reads_depth_one,
+  };
+  static const unsigned modes[] = { 0, 4 };
+
+  for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+    async_mode = modes[m];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+      cases[i] ();
+  }
+  tap_plan (tap_count);
+  return tap_done ();
+}
