@@ -5,6 +5,9 @@
   report.py full OUT DOCS    write DOCS/benchmarks.md and DOCS/bench/*.png
                              (with their data, DOCS/bench/*.dat)
   report.py replot DIR       render DIR/*.dat (as full writes them) to DIR/*.png
+  report.py reads OUT [DOCS]  reads in the elevator (bench/reads.sh): write
+                             OUT/reads.md, and with DOCS the build's section
+                             of DOCS/benchmarks-reads.md
   report.py cost COST_OUT DOCS  cost per request (bench/cost.sh): write
                              COST_OUT/cost.md, and the "Cost per request"
                              section of DOCS/benchmarks-quick.md
@@ -702,6 +705,407 @@ def cost(out, docs):
     print(f"wrote {os.path.join(out, 'cost.md')} and the cost section of {doc}")
 
 
+# --- reads in the elevator (bench/reads.sh, issue 40) -----------------------------
+
+READS_GROUPS = {
+    "direct": "direct=true file (O_DIRECT)",
+    "pagecache": "file on the page cache",
+    "remote": "remote (nbdkit memory behind the delay filter)",
+    "rbd": "rbd (throw-away local cluster, librbd's cache off)",
+    "s16": "remote, writes that wait (issue 40 part 4)",
+    "ceiling": "the server's own limit (memory, no backend)",
+}
+READS_LABELS = {
+    ("direct", "plugq"): "plugq direct=true",
+    ("direct", "qemu-nbd-native"): "qemu-nbd cache=none aio=native",
+    ("direct", "nbdkit-file-nocache"): "nbdkit file cache=none (not O_DIRECT)",
+    ("direct", "fio-direct"): "fio libaio O_DIRECT (no server)",
+    ("pagecache", "plugq"): "plugq file=",
+    ("pagecache", "nbdkit-file"): "nbdkit file",
+    ("pagecache", "qemu-nbd"): "qemu-nbd cache=writeback",
+    ("remote", "plugq"): "plugq nbd=",
+    ("remote", "nbdkit-nbd"): "nbdkit nbd",
+    ("remote", "remote-alone"): "the remote alone (no server)",
+    ("rbd", "plugq"): "plugq rbd=",
+    ("rbd", "qemu-nbd"): "qemu-nbd rbd:",
+    ("rbd", "rbd-bench"): "rbd bench (no server)",
+    ("s16", "plugq-dispatched"): "plugq nbd= ack=dispatched",
+    ("s16", "nbdkit-nbd"): "nbdkit nbd",
+    ("s16", "remote-alone"): "the remote alone (no server)",
+    ("ceiling", "plugq"): "plugq memory=",
+    ("ceiling", "nbdkit-null"): "nbdkit null",
+}
+# Server order in the tables: plugq first, its reference second.
+READS_SERVERS = {
+    "direct": ["plugq", "qemu-nbd-native", "nbdkit-file-nocache", "fio-direct", "plugq-base"],
+    "pagecache": ["plugq", "nbdkit-file", "qemu-nbd", "plugq-base"],
+    "remote": ["plugq", "nbdkit-nbd", "remote-alone", "plugq-base"],
+    "rbd": ["plugq", "qemu-nbd", "rbd-bench", "plugq-base"],
+    "s16": ["plugq-dispatched", "nbdkit-nbd", "remote-alone"],
+    "ceiling": ["plugq", "nbdkit-null"],
+}
+MIX = "mixr4k-qd1-w64k-qd16"
+
+
+def mbps(r):
+    return r["MiBps"] * 1.048576 if "MiBps" in r else None
+
+
+# (workload, figure, value of a record, lower is better)
+READS_FIGURES = [
+    (MIX, "mixed: 4K random reads QD1 beside 64K sequential writes QD16: reads/s",
+     lambda r: r.get("read_iops"), False),
+    (MIX, "mixed: read p50 µs", lambda r: r.get("read_lat_us_p50"), True),
+    (MIX, "mixed: read p99 µs", lambda r: r.get("read_lat_us_p99"), True),
+    (MIX, "mixed: writes MB/s", lambda r: r.get("write_MBps"), False),
+    ("seqr4k-qd16", "4K sequential reads QD16, reads/s", lambda r: r.get("iops"), False),
+    ("randr4k-qd16", "4K random reads QD16, reads/s", lambda r: r.get("iops"), False),
+    ("seqr64k-qd16", "64K sequential reads QD16, MB/s", mbps, False),
+    ("randr4k-qd1", "idle: 4K random reads QD1, reads/s", lambda r: r.get("iops"), False),
+    ("randr4k-qd1", "idle: read p50 µs", lambda r: r.get("lat_us_p50"), True),
+    ("randr4k-qd1", "idle: read p99 µs", lambda r: r.get("lat_us_p99"), True),
+    ("seqw4k-qd16-nbdbench", "4K sequential writes QD16 (nbdbench), writes/s",
+     lambda r: r.get("iops"), False),
+]
+
+
+def reads_label(group, server):
+    if server == "plugq-base":
+        return "plugq, BASE_PLUGIN"
+    return READS_LABELS.get((group, server), server)
+
+
+def reads_values(cells, group, server, wl, fn):
+    """run -> value of one cell."""
+    out = {}
+    for r in pick(cells, group=group, server=server, workload=wl):
+        v = fn(r)
+        if v is not None:
+            out[r["run"]] = v
+    return out
+
+
+def ratio_spread(num, den):
+    return spread([num[r] / den[r] for r in sorted(num) if r in den and den[r]])
+
+
+def fmt_x(s):
+    """A ratio spread as 0.73x (0.70–0.81)."""
+    if s is None:
+        return "–"
+    med, lo, hi = s
+    if f"{lo:.2f}" == f"{hi:.2f}":
+        return f"{med:.2f}x"
+    return f"{med:.2f}x ({lo:.2f}–{hi:.2f})"
+
+
+def reads_group_table(cells, group):
+    servers = [s for s in READS_SERVERS[group] if pick(cells, group=group, server=s)]
+    if not servers:
+        return None
+    me = servers[0]
+    others = servers[1:]
+    header = (["figure"] + [reads_label(group, s) for s in servers]
+              + [f"{reads_label(group, me)} ÷ {reads_label(group, s)}" for s in others])
+    rows = []
+    for wl, what, fn, _ in READS_FIGURES:
+        vals = {s: reads_values(cells, group, s, wl, fn) for s in servers}
+        if not any(vals.values()):
+            continue
+        rows.append([what]
+                    + [fmt_spread(spread(list(vals[s].values()))) if vals[s] else "–"
+                       for s in servers]
+                    + [fmt_x(ratio_spread(vals[me], vals[s])) for s in others])
+    return table(header, rows)
+
+
+# The plugq stats columns: always reads and backend reads; read merges and
+# the engine's own read / held counters only when its stats have them.
+def reads_stats_table(cells):
+    recs = [r for r in cells if r.get("plugq_stats") == 1]
+    if not recs:
+        return None
+    extra = sorted({k for r in recs for k in r if k.startswith("qx_")})
+    merges = any("q_read_merges" in r for r in recs)
+    header = ["group", "workload", "server", "client reads", "backend reads",
+              "client reads per backend read", "client writes per backend write"]
+    if merges:
+        header.append("read merges")
+    header += [k[3:] for k in extra]
+    rows = []
+    wls = list(dict.fromkeys(f[0] for f in READS_FIGURES))
+    order = [(g, wl, s) for g in READS_GROUPS for wl in wls
+             for s in READS_SERVERS[g] if s.startswith("plugq")]
+    for g, wl, s in order:
+        c = pick(recs, group=g, workload=wl, server=s)
+        if not c:
+            continue
+        med = lambda key: spread([r[key] for r in c if key in r])
+        per = lambda a, b: spread([r[a] / r[b] for r in c if r.get(b)])
+        row = [g, wl, reads_label(g, s), fmt_spread(med("q_read_requests"), 0),
+               fmt_spread(med("q_read_backend_ops"), 0),
+               fmt_spread(per("q_read_requests", "q_read_backend_ops"), 2),
+               fmt_spread(per("q_write_requests", "q_write_backend_ops"), 2)]
+        if merges:
+            row.append(fmt_spread(med("q_read_merges"), 0))
+        row += [fmt_spread(med(k), 1 if k.endswith("_mean_us") else 0) for k in extra]
+        rows.append(row)
+    return table(header, rows)
+
+
+def reads_ceiling_table(cells):
+    rows = []
+    def add(what, vals, digits=None):
+        if vals:
+            rows.append((what, fmt_spread(spread(list(vals.values())), digits)))
+    iops = lambda r: r.get("iops")
+    add("server: plugq memory=, 4K random reads QD16, reads/s",
+        reads_values(cells, "ceiling", "plugq", "randr4k-qd16", iops))
+    add("server: nbdkit null, 4K random reads QD16, reads/s",
+        reads_values(cells, "ceiling", "nbdkit-null", "randr4k-qd16", iops))
+    for g, s, what in (("direct", "fio-direct", "direct=true file: fio libaio O_DIRECT"),
+                       ("remote", "remote-alone", "remote: fio straight on the remote"),
+                       ("rbd", "rbd-bench", "rbd: rbd bench, 16 threads, librbd cache off")):
+        v = reads_values(cells, g, s, "seqr64k-qd16", iops)
+        add(f"{what}, 64K sequential reads QD16, reads/s", v)
+        add(f"{what}, 64K sequential reads QD16, MB/s",
+            reads_values(cells, g, s, "seqr64k-qd16", mbps))
+        add(f"{what}: sixteen 4K reads per 64K read, 4K reads/s",
+            {r: 16 * x for r, x in v.items()})
+    add("direct=true file: fio libaio O_DIRECT, 4K random reads QD16, reads/s",
+        reads_values(cells, "direct", "fio-direct", "randr4k-qd16", iops))
+    add(f"remote with the S16 latency: nbdbench straight on it, 4K sequential writes QD16, writes/s",
+        reads_values(cells, "s16", "remote-alone", "seqw4k-qd16-nbdbench", iops))
+    return table(["ceiling (same run)", "median (min–max)"], rows) if rows else None
+
+
+def reads_min(*ds):
+    """Per run, the smallest of several run -> value maps (runs in all)."""
+    ds = [d for d in ds if d]
+    if not ds:
+        return {}
+    runs = set.intersection(*(set(d) for d in ds))
+    return {r: min(d[r] for d in ds) for r in runs}
+
+
+def reads_targets(cells, meta):
+    """(target text, per-run measured, per-run reference, factor, op,
+    per-run ceiling, ceiling text, key for "all at once")."""
+    iops = lambda r: r.get("iops")
+    v = lambda g, s, wl, fn=iops: reads_values(cells, g, s, wl, fn)
+    server_limit = v("ceiling", "plugq", "randr4k-qd16")
+    out = []
+    for g, peer, plain in (("direct", "qemu-nbd-native", "qemu-nbd"),
+                           ("pagecache", "nbdkit-file", "nbdkit file"),
+                           ("remote", "nbdkit-nbd", "nbdkit nbd"),
+                           ("rbd", "qemu-nbd", "qemu-nbd rbd:")):
+        idle = v(g, "plugq", "randr4k-qd1")
+        idle_p99 = v(g, "plugq", "randr4k-qd1", lambda r: r.get("lat_us_p99"))
+        reads = (f"mixed on {g}: read IOPS ≥ 1.0x {plain}", v(g, "plugq", MIX, lambda r: r.get("read_iops")),
+                 v(g, peer, MIX, lambda r: r.get("read_iops")), 1.0, ">=", idle,
+                 "plugq's idle QD1 reads/s", g)
+        p99 = lambda f: (f"mixed on {g}: read p99 ≤ {f}x {plain}",
+                         v(g, "plugq", MIX, lambda r: r.get("read_lat_us_p99")),
+                         v(g, peer, MIX, lambda r: r.get("read_lat_us_p99")), f, "<=",
+                         idle_p99, "plugq's idle QD1 p99", g)
+        writes = lambda f: (f"mixed on {g}: writes ≥ {f}x {plain} (MB/s)",
+                            v(g, "plugq", MIX, lambda r: r.get("write_MBps")),
+                            v(g, peer, MIX, lambda r: r.get("write_MBps")), f, ">=",
+                            None, "", g)
+        if g == "pagecache":
+            out += [p99(1.5), writes(0.9)]
+        else:
+            out += [reads, p99(1.0), writes(1.0)]
+    fio64 = v("direct", "fio-direct", "seqr64k-qd16")
+    out.append(("4K sequential reads QD16 on direct=true ≥ 2.0x qemu-nbd",
+                v("direct", "plugq", "seqr4k-qd16"), v("direct", "qemu-nbd-native", "seqr4k-qd16"),
+                2.0, ">=", reads_min(server_limit, {r: 16 * x for r, x in fio64.items()}),
+                "the smaller of plugq memory= 4K QD16 and 16 x the file's 64K reads/s", None))
+    today = float(meta.get("RBD_SEQ_TODAY", 18600))
+    rbd_seq = v("rbd", "plugq", "seqr4k-qd16")
+    rbd64 = v("rbd", "rbd-bench", "seqr64k-qd16")
+    out.append((f"4K sequential reads QD16 on rbd ≥ 2.0x plugq's rate before issue 40 ({today:,.0f}/s)",
+                rbd_seq, {r: today for r in rbd_seq}, 2.0, ">=",
+                reads_min(server_limit, {r: 16 * x for r, x in rbd64.items()}),
+                "the smaller of plugq memory= 4K QD16 and 16 x rbd bench's 64K reads/s", None))
+    out.append(("4K random reads QD16 on direct=true ≥ 1.0x qemu-nbd",
+                v("direct", "plugq", "randr4k-qd16"), v("direct", "qemu-nbd-native", "randr4k-qd16"),
+                1.0, ">=", reads_min(server_limit, v("direct", "fio-direct", "randr4k-qd16")),
+                "the smaller of plugq memory= 4K QD16 and fio O_DIRECT 4K random QD16", None))
+    out.append(("idle QD1 random read p50 on direct=true ≤ 1.05x the build before (BASE_PLUGIN)",
+                v("direct", "plugq", "randr4k-qd1", lambda r: r.get("lat_us_p50")),
+                v("direct", "plugq-base", "randr4k-qd1", lambda r: r.get("lat_us_p50")),
+                1.05, "<=", None, "", None))
+    out.append(("ack=dispatched S16 on the remote ≥ 1.0x nbdkit nbd",
+                v("s16", "plugq-dispatched", "seqw4k-qd16-nbdbench"),
+                v("s16", "nbdkit-nbd", "seqw4k-qd16-nbdbench"), 1.0, ">=",
+                v("s16", "remote-alone", "seqw4k-qd16-nbdbench"), "the remote alone", None))
+    return out
+
+
+def reads_target_rows(cells, meta):
+    """The targets table, and per group the runs where all its mixed
+    targets were met at once."""
+    rows, together = [], {}
+    for what, mine, ref, factor, op, ceil, ceil_what, key in reads_targets(cells, meta):
+        runs = sorted(r for r in mine if r in ref and ref[r])
+        if not runs:
+            rows.append((what, "not measured", "–", "–", "–"))
+            if key:
+                together.setdefault(key, {})["missing"] = True
+            continue
+        ratio, applied, ceil_x, met = [], [], [], {}
+        for r in runs:
+            t = factor * ref[r]
+            c = ceil.get(r) if ceil else None
+            if c is not None and op == ">=":
+                ceil_x.append(c / ref[r])
+                t = min(t, 0.8 * c)
+            elif c is not None and op == "<=":
+                ceil_x.append(c / ref[r])
+                t = max(t, c / 0.8)
+            ratio.append(mine[r] / ref[r])
+            applied.append(t / ref[r])
+            met[r] = mine[r] >= t if op == ">=" else mine[r] <= t
+        if key:
+            t = together.setdefault(key, {})
+            for r in runs:
+                t[r] = t.get(r, True) and met[r]
+            t.setdefault("targets", 0)
+            t["targets"] += 1
+        med_ratio, med_applied = statistics.median(ratio), statistics.median(applied)
+        ok = med_ratio >= med_applied if op == ">=" else med_ratio <= med_applied
+        sign = "≥" if op == ">=" else "≤"
+        capped = abs(med_applied - factor) > 1e-9
+        ceiling_text = (f"{ceil_what}: {fmt_x(spread(ceil_x))}" if ceil_x else "–")
+        target_text = f"{sign} {med_applied:.2f}x" + (
+            " (0.8 of the ceiling)" if capped and op == ">=" else
+            " (1.25x the floor)" if capped else "")
+        verdict = "yes" if ok else "**no**"
+        if capped:
+            plain_ok = med_ratio >= factor if op == ">=" else med_ratio <= factor
+            verdict += f" (plain {sign} {factor}x: {'yes' if plain_ok else 'no'})"
+        rows.append((what, f"{fmt_x(spread(ratio))}; {fmt_spread(spread([mine[r] for r in runs]))}",
+                     ceiling_text, target_text,
+                     f"{verdict}, {sum(met.values())}/{len(runs)} runs"))
+    for key, t in together.items():
+        runs = [r for r in t if isinstance(r, int)]
+        if t.get("missing") or not runs or t.get("targets", 0) < 2:
+            continue
+        rows.append((f"mixed on {key}: all {t['targets']} targets in the same run", "", "", "",
+                     f"{sum(t[r] for r in runs)}/{len(runs)} runs"))
+    return table(["target (issue 40)", "plugq ÷ reference; plugq's figure",
+                  "ceiling (÷ reference)", "target applied", "met (medians), runs met"], rows)
+
+
+def reads_runs_text(recs):
+    starts = {r["run"]: r for r in pick(recs, kind="run")}
+    ends = {r["run"]: r for r in pick(recs, kind="run_end")}
+    lines = []
+    for run in sorted(starts):
+        s, e = starts[run], ends.get(run, {})
+        lines.append(f"- run {run}: {s.get('start', '?')}–{e.get('end', '?')}, load average "
+                     f"(1/5/15 min) {s.get('loadavg_start', '?')} at the start, "
+                     f"{e.get('loadavg_end', '?')} at the end")
+    return "\n".join(lines)
+
+
+def reads_text(recs, level, with_raw):
+    meta = (pick(recs, kind="meta") or [{}])[0]
+    end = (pick(recs, kind="end") or [{}])[0]
+    cells = pick(recs, kind="cell")
+    h = "#" * level
+    dur = end.get("duration_s", 0)
+    parts = [
+        f"{h} Build {meta.get('build', '?')}",
+        f"Generated by `make -C bench reads` (bench/reads.sh, `report.py reads`); do not edit by "
+        f"hand. Medians over the runs with (min–max); every ratio pairs two measurements of the "
+        f"same run, servers interleaved (A B A B, the order flipping every run).",
+        f"- build **{meta.get('build', '?')}** ({meta.get('plugin', '?')})"
+        + (f"; BASE_PLUGIN build **{meta['base_build']}** ({meta.get('base_plugin')})"
+           if meta.get("base_build", "-") != "-" else "")
+        + f"\n- {meta.get('date', '?')}, host {meta.get('host', '?')}: {meta.get('machine', '?')}; "
+        f"disk {meta.get('disk', '?')}\n- {meta.get('versions', '?')}\n"
+        f"- RUNS={meta.get('RUNS')}, RUNTIME={meta.get('RUNTIME')} s (the mix "
+        f"{meta.get('MIX_RUNTIME')} s), file {meta.get('FILE_SIZE')}, rbd image "
+        f"{meta.get('RBD_SIZE')}, memory disk {meta.get('MEM_SIZE')}, remote "
+        f"{meta.get('REMOTE_SIZE')} with {meta.get('REMOTE_LAT')} per read and write "
+        f"(S16: {meta.get('S16_LAT')} per write)"
+        + (f", PLUGQ_ARGS `{meta['plugq_args']}`" if meta.get("plugq_args") else "")
+        + f"; took {dur // 60} min {dur % 60} s\n" + reads_runs_text(recs),
+    ]
+    if meta.get("quick") == 1:
+        parts.append("**QUICK=1: a check that the bench runs, not a measurement.**")
+    for s in pick(recs, kind="skip"):
+        parts.append(f"{READS_GROUPS.get(s['group'], s['group'])}: skipped: {s['reason']}.")
+    parts += [f"{h}# Targets",
+              "Every ratio is plugq ÷ the reference in the same run. A target above 0.8 of its "
+              "measured ceiling becomes 0.8 of the ceiling (the issue's rule: 2.0x unless the "
+              "ceiling is below 2.5x); a latency target below 1.25x its floor (plugq's own "
+              "idle QD1 p99) becomes 1.25x the floor.",
+              reads_target_rows(cells, meta)]
+    for g, what in READS_GROUPS.items():
+        t = reads_group_table(cells, g)
+        if t:
+            parts += [f"{h}# {what}", t]
+    t = reads_ceiling_table(cells)
+    if t:
+        parts += [f"{h}# Ceilings", t]
+    t = reads_stats_table(cells)
+    if t:
+        parts += [f"{h}# plugq's stats (medians per run)",
+                  "From each plugq run's stats= file, the whole run (the memory disk's fill "
+                  "counts as writes). Columns past the first five appear when the engine's "
+                  "stats have them: read merges, and any read or held-write counter.", t]
+    parts.append(noise_line(cells))
+    if with_raw:
+        parts += [f"{h}# Every measurement", reads_raw_table(cells)]
+    return parts
+
+
+def reads_raw_table(cells):
+    rows = []
+    for r in cells:
+        fig = (f"{fmt_num(r['read_iops'])} reads/s, p50 {r['read_lat_us_p50']} µs, p99 "
+               f"{r['read_lat_us_p99']} µs; writes {fmt_num(r['write_MBps'])} MB/s"
+               if "read_iops" in r else
+               f"{fmt_num(r.get('iops', 0))}/s, {fmt_num(mbps(r) or 0)} MB/s, p50 "
+               f"{r.get('lat_us_p50', '–')} µs, p99 {r.get('lat_us_p99', '–')} µs")
+        rows.append((r["run"], r["group"], r["workload"], reads_label(r["group"], r["server"]),
+                     fig, r.get("other_cpu_pct", "–"),
+                     f"{r.get('loadavg_before', '?')} → {r.get('loadavg_after', '?')}"))
+    return table(["run", "group", "workload", "server", "figures", "other CPU %",
+                  "load average"], rows)
+
+
+def insert_section(path, heading, text, intro_end="## Build "):
+    """Replace the section HEADING of PATH with TEXT, or put it before the
+    first section whose heading starts with INTRO_END (newest first)."""
+    lines = open(path).read().split("\n") if os.path.exists(path) else []
+    if heading in lines:
+        replace_section(path, heading, text)
+        return
+    at = next((i for i, l in enumerate(lines) if l.startswith(intro_end)), len(lines))
+    new = lines[:at] + text.rstrip("\n").split("\n") + [""] + lines[at:]
+    with open(path, "w") as f:
+        f.write("\n".join(new).rstrip("\n") + "\n")
+
+
+def reads(out, docs=None):
+    recs = load_jsonl(os.path.join(out, "results.jsonl"))
+    parts = reads_text(recs, 2, True)
+    text = "# plugq: reads in the elevator (issue 40)\n\n" + "\n\n".join(parts) + "\n"
+    with open(os.path.join(out, "reads.md"), "w") as f:
+        f.write(text)
+    print(text)
+    if docs:
+        os.makedirs(docs, exist_ok=True)
+        doc = os.path.join(docs, "benchmarks-reads.md")
+        section = reads_text(recs, 2, False)
+        insert_section(doc, section[0], "\n\n".join(section))
+        print(f"wrote {os.path.join(out, 'reads.md')} and the section \"{section[0]}\" of {doc}")
+
+
 def load_jsonl(path):
     if not os.path.exists(path):
         return []
@@ -718,6 +1122,8 @@ def main(argv):
         full(argv[2], argv[3])
     elif len(argv) >= 3 and argv[1] == "replot":
         replot(argv[2])
+    elif len(argv) >= 3 and argv[1] == "reads":
+        reads(argv[2], argv[3] if len(argv) >= 4 else None)
     else:
         sys.exit(__doc__)
 

@@ -12,11 +12,19 @@
 #          nbdkit-file nbdkit-memory nbdkit-file-cachewb nbd-server qemu-nbd;
 #          nbdkit-null (answers at once, stores nothing: the most a plugin
 #          could give on this machine, for reading the issue-3 (c) figures);
-#          nbdkit-nbd (nbdkit's nbd plugin, for the remote backend)
+#          nbdkit-nbd (nbdkit's nbd plugin, for the remote backend);
+#          qemu-nbd-native (disk-direct: --cache=none --aio=native, as a
+#          user serving an O_DIRECT disk would); nbdkit-file-nocache
+#          (disk-direct: nbdkit file cache=none, which in nbdkit 1.32 is
+#          not O_DIRECT but posix_fadvise(DONTNEED) after each request);
+#          plugq-base (plugq with BASE_PLUGIN: an older build, same keys)
 # BACKEND: disk (file on $WORK, page cache), disk-direct (same file with
 #          O_DIRECT), shm (file on /dev/shm), memory (RAM inside the server),
 #          remote (an NBD export: nbdkit memory behind the delay filter,
-#          REMOTE_DELAY per write, started and stopped with the server)
+#          REMOTE_DELAY per write, and REMOTE_DELAY_READ per read when
+#          set, started and stopped with the server), rbd (the image
+#          RBD_IMAGE of the cluster whose ceph.conf is RBD_CONF: plugq
+#          rbd=, qemu-nbd's rbd: driver, librbd's cache off for both)
 #
 # Optional:
 #   SRV_WRAP=(CMD ARGS...)  run nbdkit/qemu-nbd under CMD (valgrind, strace,
@@ -35,7 +43,7 @@ plugq_variant_args() {
     *-dispatched) ack=dispatched; name=${name%-dispatched} ;;
   esac
   case $name in
-    plugq) ;;
+    plugq|plugq-base) ;;
     plugq-noop) elevator=noop ;;
     plugq-unplugged) thresh=unplug-thresh=1 ;;
     *) return 1 ;;
@@ -49,15 +57,20 @@ server_supports() {
     plugq*:disk|plugq*:disk-direct|plugq*:shm|plugq*:memory) ;;
     nbdkit-file:disk|nbdkit-file:shm) ;;
     nbdkit-memory:memory) ;;
-    nbdkit-null:disk) ;;
+    nbdkit-null:disk|nbdkit-null:memory) ;;
     nbdkit-nbd:remote|plugq*:remote) ;;
     nbdkit-file-cachewb:disk) ;;
     nbd-server:disk|nbd-server:shm) ;;
     qemu-nbd:disk|qemu-nbd:disk-direct|qemu-nbd:shm) ;;
+    qemu-nbd-native:disk-direct|nbdkit-file-nocache:disk-direct) ;;
+    plugq*:rbd|qemu-nbd:rbd) ;;
     *) return 1 ;;
   esac
-  # A plugq variant needs the built plugin.
-  case $name in plugq*) [ -n "${PLUGIN:-}" ] && [ -f "$PLUGIN" ] ;; esac
+  # A plugq variant needs the built plugin (plugq-base the older one).
+  case $name in
+    plugq-base*) [ -n "${BASE_PLUGIN:-}" ] && [ -f "$BASE_PLUGIN" ] ;;
+    plugq*) [ -n "${PLUGIN:-}" ] && [ -f "$PLUGIN" ] ;;
+  esac
 }
 
 backing_dir() {
@@ -92,16 +105,18 @@ wait_for_file() {
 }
 
 plugq_cmd() {
-  local name=$1 backend=$2 n=$3 i extra
+  local name=$1 backend=$2 n=$3 i extra plugin=$PLUGIN
   extra=$(plugq_variant_args "$name") || return 1
+  case $name in plugq-base*) plugin=$BASE_PLUGIN ;; esac
   # Queue keys before any disk= are the defaults for every disk.
-  echo "$PLUGIN $extra"
+  echo "$plugin $extra"
   [ -z "$SRV_STATS" ] || echo "stats=$SRV_STATS stats-interval=${STATS_INTERVAL:-200ms}"
   for ((i = 0; i < n; i++)); do
     case $backend in
       memory) echo "disk=d$i memory=$SIZE" ;;
       remote) echo "disk=d$i nbd=nbd+unix:///?socket=$REMOTE_SOCK" ;;
       disk-direct) echo "disk=d$i file=$(backing_path disk "$i") direct=true" ;;
+      rbd) echo "disk=d$i rbd=$RBD_IMAGE ceph-conf=$RBD_CONF" ;;
       *) echo "disk=d$i file=$(backing_path "$backend" "$i")" ;;
     esac
   done
@@ -127,6 +142,7 @@ start_remote() {
   rm -f "$REMOTE_SOCK" "$RUNDIR/remote.pid"
   nbdkit -f -U "$REMOTE_SOCK" -P "$RUNDIR/remote.pid" --filter=delay \
     memory "${REMOTE_SIZE:-$SIZE}" delay-write="${REMOTE_DELAY:-1ms}" \
+    ${REMOTE_DELAY_READ:+delay-read="$REMOTE_DELAY_READ"} \
     </dev/null >>"$RUNDIR/remote.log" 2>&1 &
   REMOTE_PID=$!
   wait_for_file "$RUNDIR/remote.pid" || return 1
@@ -162,12 +178,21 @@ start_nbd_server() {
 }
 
 # qemu-nbd in the foreground, like nbdkit: a wrapper can then wait4 it.
+# AIO (default threads) is qemu's --aio: native needs --cache=none.  On
+# the rbd backend the image goes through qemu's rbd: driver, librbd's
+# cache off (as plugq's rbd= sets it).
 start_qemu_nbd() {
-  local backend=$1 cache=writeback
+  local backend=$1 aio=${2:-threads} cache=writeback target envs=()
   [ "$backend" = disk-direct ] && cache=none
-  "${SRV_WRAP[@]}" qemu-nbd -f raw -k "$SRV_SOCK" -t -e 16 --pid-file="$RUNDIR/pid" \
-    --cache=$cache --aio=threads --discard=unmap -x disk0.img \
-    "$(backing_path "${backend/-direct/}" 0)" </dev/null >>"$RUNDIR/server.log" 2>&1 &
+  if [ "$backend" = rbd ]; then
+    cache=none target="rbd:$RBD_IMAGE:conf=$RBD_CONF:rbd_cache=false"
+    envs=(env CEPH_CONF="$RBD_CONF")
+  else
+    target=$(backing_path "${backend/-direct/}" 0)
+  fi
+  "${SRV_WRAP[@]}" "${envs[@]}" qemu-nbd -f raw -k "$SRV_SOCK" -t -e 16 \
+    --pid-file="$RUNDIR/pid" --cache=$cache --aio="$aio" --discard=unmap -x disk0.img \
+    "$target" </dev/null >>"$RUNDIR/server.log" 2>&1 &
   SRV_JOB=$!
   wait_for_file "$RUNDIR/pid" "${SRV_WAIT_TRIES:-200}" &&
     wait_for_file "$SRV_SOCK" "${SRV_WAIT_TRIES:-200}" || return 1
@@ -181,7 +206,7 @@ set_uris() {
   for ((i = 0; i < n; i++)); do
     case $name in
       plugq*) ename=d$i ;;
-      nbdkit-memory|nbdkit-file-cachewb|nbdkit-null|nbdkit-nbd) ename='' ;;
+      nbdkit-memory|nbdkit-file-cachewb|nbdkit-null|nbdkit-nbd|nbdkit-file-nocache) ename='' ;;
       nbdkit-file) [ "$n" -gt 1 ] && ename=disk$i.img || ename='' ;;
       *) ename=disk$i.img ;;
     esac
@@ -213,7 +238,9 @@ start_server() {
     nbdkit-file-cachewb)
       TMPDIR=$WORK start_nbdkit --filter=cache file "$(backing_path disk 0)" cache=writeback ;;
     nbd-server) start_nbd_server "$backend" "$n" ;;
+    nbdkit-file-nocache) start_nbdkit file "$(backing_path disk 0)" cache=none ;;
     qemu-nbd) start_qemu_nbd "$backend" ;;
+    qemu-nbd-native) start_qemu_nbd "$backend" native ;;
   esac || { log "could not start $name on $backend (see $RUNDIR/server.log)"; stop_server; return 1; }
   set_uris "$name" "$n"
 }
