@@ -244,6 +244,8 @@ batch_take (struct queue *q)
     batch_align (q, b, now);
   q->elevator.head = b->offset + b->bytes;
   q->nr_batches++;
+  b->taken_ns = now;
+  TAILQ_INSERT_TAIL (&q->batches_in_flight, b, taken_order);
   return b;
 }
 
@@ -420,6 +422,7 @@ batch_complete (struct queue *q, struct batch *b, int err,
     piece_complete (q, b, p, err, now, &latched, wake_later);
   }
   q->nr_batches--;
+  TAILQ_REMOVE (&q->batches_in_flight, b, taken_order);
   q->batches_done++;            /* frees the pieces held behind it */
   batch_release (q, b);
   spares_arm_look (q);

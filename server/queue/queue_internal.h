@@ -106,6 +106,8 @@ struct batch {
   bool may_trim;
   bool fua;                     /* carries a FUA piece (writes_carry_fua) */
   bool unaligned;               /* partial blocks: queue_align.c writes it */
+  uint64_t taken_ns;            /* taken for dispatch, under the lock */
+  TAILQ_ENTRY (batch) taken_order; /* on q->batches_in_flight */
   uint64_t issued_ns;
   uint64_t finished_ns;         /* its backend operation, not the round */
   struct iovec *iov;            /* room for every piece */
@@ -182,6 +184,10 @@ struct queue {
   struct piece_list spare_pieces; /* for the next requests to reuse */
   uint32_t nr_spare_pieces;
   uint32_t nr_batches;
+  /* The batches in flight, oldest taken first: the stats' age of the
+   * oldest backend operation.
+   */
+  TAILQ_HEAD (batch_list, batch) batches_in_flight;
   uint64_t batches_done;        /* completed, for piece->held_until */
   struct batch *spare_batches;  /* finished, for the next to reuse */
   struct batch *retrying;       /* in flight, waiting to be tried again */
@@ -212,7 +218,7 @@ struct queue {
    * synchronous backend (none on an asynchronous one); a free slot has
    * end 0.
    */
-  struct { uint64_t start, end; } bypassing[BYPASS_SLOTS];
+  struct { uint64_t start, end, since_ns; } bypassing[BYPASS_SLOTS];
   unsigned nr_bypassing;
   _Atomic uint64_t recent_ends[RECENT_END_SLOTS]; /* changed under the lock */
   bool stopping;
