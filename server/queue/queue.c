@@ -684,6 +684,8 @@ queue_stop (struct queue *q)
 
   if (!q->dispatcher_started)
     return;
+  if (q->backend->ops->draining)
+    q->backend->ops->draining (q->backend);
   lock_acquire (&q->lock);
   if (q->state == QUEUE_PLUGGED)
     queue_unplug_locked (q, UNPLUG_DRAIN);
