@@ -22,8 +22,8 @@
 # hang tests failed (EIO answered to FLUSHes, write-back errors latched).
 #
 # Under the ASan pass (PLUGQ_SANITIZED) only the short kill-and-restart
-# test runs: the others hold the cluster down for over half a minute each
-# and would double that stage's time.
+# test runs: the others, two of them holding the cluster down for over
+# half a minute, would double that stage's time.
 
 load helpers
 
@@ -83,7 +83,7 @@ teardown() {
 
 skip_if_sanitized_outage() {
   if [ -n "${PLUGQ_SANITIZED:-}" ]; then
-    skip "holds the cluster down for ${HANG} s; under ASan the kill-and-restart test stands for this file"
+    skip "an outage of 5-${HANG} s with plugq restarts: under ASan the kill-and-restart test stands for this file"
   fi
 }
 
