@@ -14,10 +14,17 @@ PLUGQ_STAT="${top_srcdir:-$BATS_TEST_DIRNAME/..}/plugq-stat"
 
 setup() {
   T=$BATS_TEST_TMPDIR
+  REMOTE_PID=
 }
 
 teardown() {
-  plugq_teardown
+  local rc=0
+  plugq_teardown || rc=1
+  if [ -n "$REMOTE_PID" ]; then
+    kill -TERM "$REMOTE_PID" 2>/dev/null || true
+    wait "$REMOTE_PID" 2>/dev/null || true
+  fi
+  return $rc
 }
 
 # col_value NAME WHICH TABLE-TITLE: the value of column NAME on the row named
@@ -216,4 +223,49 @@ EOF
     'r[1]["uptime"] > r[0]["uptime"] and 0.1 < r[1]["interval_s"] < 1.5' \
     'disk(0, "d")["counts"]["write.requests"] == 32' \
     'disk(1, "d")["counts"]["write.requests"] == 0'
+}
+
+# A write the backend does not answer for 4 s: a remote NBD disk behind
+# nbdkit's delay filter.  Through a queued disk it is a batch in flight,
+# through an ack=dispatched one a write around the queue; both show in
+# oldest_in_flight_us, the oldest_s column and its Prometheus gauge while
+# they wait, and 0 once they are done.
+@test "plugq-stat: oldest_s shows the age of a backend write that has not come back" {
+  plugq_setup
+  "$NBDKIT" -f -U "$T/remote.sock" -P "$T/remote.pid" --filter=delay memory 16M \
+    delay-write=4 </dev/null >"$T/remote.log" 2>&1 &
+  REMOTE_PID=$!
+  wait_for_file "$T/remote.pid"
+  remote="nbd+unix:///?socket=$T/remote.sock"
+  start_plugq disk=q nbd="$remote" disk=w nbd="$remote" ack=dispatched \
+    stats="$T/s.json" stats-interval=100ms
+  pyrun "$T/s.json" "$PLUGQ_STAT" <<'EOF'
+import json, subprocess, sys
+from plugqtest import *
+from promcheck import parse, value
+stats, plugq_stat = sys.argv[1], sys.argv[2]
+q, w = connect("q"), connect("w")
+q.pwrite(fill(1, 4096), 0)                   # answered, written out after
+cookie = w.aio_pwrite(nbd.Buffer.from_bytearray(bytearray(4096)), 8192)
+def both_old():
+    doc = load_stats(stats)
+    return all(stat(doc, d, "oldest_in_flight_us") >= 1500000 for d in ("q", "w"))
+poll(both_old, 3.5, "operations 1.5 s old in the stats of both disks")
+report = json.loads(subprocess.check_output([plugq_stat, "--json", stats]))
+for d in report["disks"]:
+    assert 1.5 <= d["columns"]["oldest_s"] < 4.5, d
+text = subprocess.check_output([plugq_stat, stats], text=True)
+assert "oldest_s" in text.splitlines()[2], text
+prom = parse(subprocess.check_output([plugq_stat, "--prometheus", stats], text=True))
+for d in ("q", "w"):
+    assert value(prom, "plugq_oldest_in_flight_seconds", disk=d) >= 1.5
+while not w.aio_command_completed(cookie):
+    w.poll(-1)
+EOF
+  stop_plugq
+  # Nothing in flight in the final snapshot; w's write went around the
+  # queue.
+  [ "$(stats_value "$T/s.json" q oldest_in_flight_us)" = 0 ]
+  [ "$(stats_value "$T/s.json" w oldest_in_flight_us)" = 0 ]
+  [ "$(stats_value "$T/s.json" w bypassed_writes)" = 1 ]
 }

@@ -9,8 +9,9 @@
 # member with a file and a remote NBD member; stats, plugq-stat,
 # --dump-plugin and nbdinfo --list show the backend; nbdkit forking into
 # the background still reaches the cluster; startup failures are one
-# line each and a killed OSD fails a flush with EIO within the
-# ceph-timeout.
+# line each and, with an explicit ceph-timeout=3s, a killed OSD fails a
+# flush with EIO within it.  (By default an rbd disk waits for the
+# cluster instead: rbd-outage.bats.)
 #
 # Every test skips with the reason when ceph is not installed or plugq was
 # built without librbd (scripts/test-all.sh insists on librbd, so in CI
@@ -309,7 +310,7 @@ bad_start() {
   done
 }
 
-@test "rbd: the OSD killed with writes queued: the flush fails with EIO, nothing claims success" {
+@test "rbd: ceph-timeout=3s, the OSD killed with writes queued: the flush fails with EIO, nothing claims success" {
   # A cluster of its own: this one is broken on purpose.
   OWN_CLUSTER=$T/ceph
   "$CLUSTER_SH" start "$OWN_CLUSTER" $$ >&3 2>&1

@@ -15,12 +15,19 @@ PLUGQ_STAT="${top_srcdir:-$BATS_TEST_DIRNAME/..}/plugq-stat"
 
 setup() {
   T=$BATS_TEST_TMPDIR
+  REMOTE_PID=
   "$PYTHON" -c 'import prometheus_client.parser' 2>/dev/null \
     || fail "python3-prometheus-client is missing (scripts/install-deps.sh installs it)"
 }
 
 teardown() {
-  plugq_teardown
+  local rc=0
+  plugq_teardown || rc=1
+  if [ -n "$REMOTE_PID" ]; then
+    kill -TERM "$REMOTE_PID" 2>/dev/null || true
+    wait "$REMOTE_PID" 2>/dev/null || true
+  fi
+  return $rc
 }
 
 # promtool_check FILE: promtool's own lint where promtool is installed.
@@ -175,5 +182,34 @@ from promcheck import parse
 p = parse(open(sys.argv[1]).read())
 backends = [dict(l)["backend"] for (n, l) in p if n == "plugq_disk_info"]
 assert backends == [f"file {sys.argv[2]}"], (backends, sys.argv[2])
+EOF
+}
+
+# A remote that takes 4 s to answer a write (nbdkit's delay filter): while
+# the disk waits, the exposition's gauge shows the write's age.
+@test "stats-format=prometheus: plugq_oldest_in_flight_seconds grows while the backend holds a write" {
+  plugq_setup
+  "$NBDKIT" -f -U "$T/remote.sock" -P "$T/remote.pid" --filter=delay memory 16M \
+    delay-write=4 </dev/null >"$T/remote.log" 2>&1 &
+  REMOTE_PID=$!
+  wait_for_file "$T/remote.pid"
+  start_plugq disk=q nbd="nbd+unix:///?socket=$T/remote.sock" \
+    stats="$T/s.prom" stats-format=prometheus stats-interval=100ms
+  pyrun "$T/s.prom" <<'EOF'
+import sys
+from plugqtest import *
+from promcheck import parse, value
+h = connect("q")
+h.pwrite(fill(1, 4096), 0)                   # answered, written out after
+def old():
+    return value(parse(open(sys.argv[1]).read()),
+                 "plugq_oldest_in_flight_seconds", disk="q") >= 1.5
+poll(old, 3.5, "a write 1.5 s old in the exposition")
+EOF
+  stop_plugq
+  pyrun "$T/s.prom" <<'EOF'
+import sys
+from promcheck import parse, value
+assert value(parse(open(sys.argv[1]).read()), "plugq_oldest_in_flight_seconds", disk="q") == 0
 EOF
 }

@@ -76,6 +76,11 @@ struct backend_ops {
    * forks).  A backend with start completes io through io->done.
    */
   int (*start) (struct backend *);
+  /* Optional: the queue's final drain begins (nbdkit shuts down), and
+   * close follows once it is done.  Nothing is expected of the backend;
+   * one that may keep the drain waiting can say so.
+   */
+  void (*draining) (struct backend *);
 };
 
 struct backend {

@@ -69,6 +69,7 @@ queue_init_fields (struct queue *q, struct backend *backend,
   TAILQ_INIT (&q->by_age);
   RB_INIT (&q->in_flight);
   TAILQ_INIT (&q->failing.pieces);
+  TAILQ_INIT (&q->batches_in_flight);
   TAILQ_INIT (&q->spare_pieces);
   data_buffer_spares_init (&q->spare_buffers);
   q->max_holders = !backend_is_async (backend) && backend->max_writers > 1
@@ -716,6 +717,8 @@ queue_stop (struct queue *q)
 
   if (!q->dispatcher_started)
     return 0;
+  if (q->backend->ops->draining)
+    q->backend->ops->draining (q->backend);
   lock_acquire (&q->lock);
   if (q->state == QUEUE_PLUGGED)
     queue_unplug_locked (q, UNPLUG_DRAIN);
@@ -753,6 +756,29 @@ queue_free (struct queue *q)
   queue_destroy (q);
 }
 
+/* Under the lock: how long the oldest backend operation in progress (a
+ * batch, or a write around the queue) has been on its way, in
+ * microseconds; 0 when none is.  A stalled backend shows here.
+ */
+static uint64_t
+oldest_in_flight_us (const struct queue *q)
+{
+  const struct batch *b;
+  uint64_t now, since;
+
+  queue_assert_locked (q);
+  b = TAILQ_FIRST (&q->batches_in_flight);
+  now = monotonic_ns ();
+  since = b ? b->taken_ns : now;
+  for (unsigned i = 0, seen = 0; seen < q->nr_bypassing; i++)
+    if (q->bypassing[i].end != 0) {
+      seen++;
+      if (q->bypassing[i].since_ns < since)
+        since = q->bypassing[i].since_ns;
+    }
+  return (now - since) / 1000;
+}
+
 void
 queue_stats_snapshot (struct queue *q, struct queue_stats *out)
 {
@@ -763,6 +789,7 @@ queue_stats_snapshot (struct queue *q, struct queue_stats *out)
   out->queued_requests = queued_requests (q);
   out->queued_bytes = q->queued_bytes;
   out->writes_held = q->elevator.reads.held;
+  out->oldest_in_flight_us = oldest_in_flight_us (q);
   lock_release (&q->lock);
   r->requests = atomic_load (&q->reads.requests);
   r->backend_ops = atomic_load (&q->reads.backend_ops);

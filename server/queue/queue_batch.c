@@ -278,6 +278,8 @@ batch_take (struct queue *q)
   q->nr_batches++;
   if (b->kind == OP_WRITE)
     q->batch_bytes += b->bytes;
+  b->taken_ns = now;
+  TAILQ_INSERT_TAIL (&q->batches_in_flight, b, taken_order);
   return b;
 }
 
@@ -456,6 +458,7 @@ batch_complete (struct queue *q, struct batch *b, int err,
   q->nr_batches--;
   if (b->kind == OP_WRITE)
     q->batch_bytes -= b->bytes;
+  TAILQ_REMOVE (&q->batches_in_flight, b, taken_order);
   q->batches_done++;            /* frees the pieces held behind it */
   batch_release (q, b);
   spares_arm_look (q);

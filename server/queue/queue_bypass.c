@@ -190,9 +190,9 @@ bypass_write (struct queue *q, struct session *s, const void *buf,
   slot = claim_slot (q, count, offset);
   note_request (q, s, OP_WRITE, count, offset, flags);
   mark = flags & REQ_FUA ? error_mark (q, s) : 0;
+  start_ns = q->bypassing[slot].since_ns = monotonic_ns ();
   lock_release (&q->lock);
 
-  start_ns = monotonic_ns ();
   err = write_around (q->backend, buf, count, offset);
 
   lock_acquire (&q->lock);

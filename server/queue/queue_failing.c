@@ -177,15 +177,22 @@ back_in_age_order (struct queue *q, struct piece *p)
     TAILQ_INSERT_HEAD (&q->by_age, p, by_age);
 }
 
-/* Step 2, when due: every failing piece goes out again. */
+/* Step 2, when due: every failing piece goes out again.  While a FLUSH
+ * waits, only the try it asked for: a FLUSH waits for what it covers to
+ * be written, and a try coming due while it waits would make it wait a
+ * whole failing round more (a backend that times out) before it is
+ * answered.
+ */
 bool
 failing_retry (struct queue *q, uint64_t now)
 {
   struct piece *p;
 
   queue_assert_locked (q);
-  if (q->failing.count == 0 || now < q->failing.retry_at_ns)
+  if (q->failing.count == 0 || now < q->failing.retry_at_ns
+      || (q->flush.wanted && !q->failing.flush_asked))
     return false;
+  q->failing.flush_asked = false;
   while ((p = TAILQ_FIRST (&q->failing.pieces)) != NULL) {
     TAILQ_REMOVE (&q->failing.pieces, p, by_age);
     q->failing.count--;

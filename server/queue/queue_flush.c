@@ -153,8 +153,10 @@ uint64_t
 flush_start_locked (struct queue *q)
 {
   queue_assert_locked (q);
-  if (q->failing.count)
+  if (q->failing.count) {
     q->failing.retry_at_ns = 0;
+    q->failing.flush_asked = true;
+  }
   q->flush.wanted = true;
   if (q->next_seq > q->flush.barrier_seq)
     q->flush.barrier_seq = q->next_seq;

@@ -88,6 +88,7 @@ struct failing_state {
   uint32_t count;
   int errnum;                   /* the latest failure's */
   uint64_t retry_at_ns;         /* when they go out again */
+  bool flush_asked;             /* a FLUSH asked for a try at once */
   uint64_t delay_ns;            /* the next delay, doubling */
   uint64_t since_ns;            /* the first failure since all went well */
 };
@@ -121,6 +122,8 @@ struct batch {
   bool may_trim;
   bool fua;                     /* carries a FUA piece (writes_carry_fua) */
   bool unaligned;               /* partial blocks: queue_align.c writes it */
+  uint64_t taken_ns;            /* taken for dispatch, under the lock */
+  TAILQ_ENTRY (batch) taken_order; /* on q->batches_in_flight */
   uint64_t issued_ns;
   uint64_t finished_ns;         /* its backend operation, not the round */
   struct iovec *iov;            /* room for every piece */
@@ -226,6 +229,10 @@ struct queue {
   bool writes_held;             /* the last batch_take held writes back for
                                  * reads: the dispatch thread looks again
                                  * within READ_HOLD_LOOK_NS */
+  /* The batches in flight, oldest taken first: the stats' age of the
+   * oldest backend operation.
+   */
+  TAILQ_HEAD (batch_list, batch) batches_in_flight;
   uint64_t batches_done;        /* completed, for piece->held_until */
   struct batch *spare_batches;  /* finished, for the next to reuse */
   struct batch *retrying;       /* in flight, waiting to be tried again */
@@ -256,7 +263,7 @@ struct queue {
    * synchronous backend (none on an asynchronous one); a free slot has
    * end 0.
    */
-  struct { uint64_t start, end; } bypassing[BYPASS_SLOTS];
+  struct { uint64_t start, end, since_ns; } bypassing[BYPASS_SLOTS];
   unsigned nr_bypassing;
   _Atomic uint64_t recent_ends[RECENT_END_SLOTS]; /* changed under the lock */
   bool stopping;

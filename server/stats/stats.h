@@ -89,6 +89,8 @@ struct queue_stats {
   uint64_t queued_requests;     /* now */
   uint64_t queued_bytes;        /* now */
   uint64_t in_flight;           /* now */
+  uint64_t oldest_in_flight_us; /* now: age of the oldest backend
+                                 * operation in progress, 0 with none */
   uint64_t time_in_queue_us;    /* sum over requests of queued time
                                  * (diskstats field 11, weighted) */
   struct latency_histogram queue_time;    /* arrival -> dispatch start */

@@ -215,6 +215,7 @@ disk_json (struct queue *q)
       || set (o, "queued_requests", num (st.queued_requests)) == -1
       || set (o, "queued_bytes", num (st.queued_bytes)) == -1
       || set (o, "in_flight", num (st.in_flight)) == -1
+      || set (o, "oldest_in_flight_us", num (st.oldest_in_flight_us)) == -1
       || set (o, "time_in_queue_us", num (st.time_in_queue_us)) == -1
       || set (o, "queue_time_us", histogram_json (&st.queue_time)) == -1
       || set (o, "dispatch_time_us",

@@ -104,6 +104,9 @@ static const struct family disk_families[] = {
   { "plugq_in_flight", "gauge",
     "Pieces in backend operations now in progress.",
     DISK (in_flight), SCALE_ONE },
+  { "plugq_oldest_in_flight_seconds", "gauge",
+    "Age of the oldest backend operation now in progress (0: none); a stalled backend keeps it growing.",
+    DISK (oldest_in_flight_us), SCALE_US },
 };
 
 /* Per disk and op (read, write, zero, trim), from struct op_counters. */

@@ -43,7 +43,7 @@
 #include "model.h"
 #include "tap.h"
 
-#define NR_CASES 19
+#define NR_CASES 21
 
 #ifndef HAVE_LIBRBD
 
@@ -538,9 +538,107 @@ test_args (void)
                        "such file or directory (disk=d)") == 0);
   ok &= CHECK (t->set (args, "d", "ceph-id", "client.") == -1);
   ok &= CHECK (t->set (args, "d", "ceph-id", "client.admin") == 0);
-  ok &= CHECK (t->set (args, "d", "ceph-timeout", "0") == -1);
+  ok &= CHECK (((struct rbd_target *) args)->timeout_ns == 0);
   ok &= CHECK (t->set (args, "d", "ceph-timeout", "2s") == 0);
+  ok &= CHECK (((struct rbd_target *) args)->timeout_ns == 2000000000);
+  ok &= CHECK (t->set (args, "d", "ceph-timeout", "0") == 0);
+  ok &= CHECK (((struct rbd_target *) args)->timeout_ns == 0);
+  ok &= CHECK (t->set (args, "d", "ceph-timeout", "-1") == -1);
   t->free_args (args);
+  return ok;
+}
+
+/* Whether a started disk's librados option `name` reads `want`. */
+static bool
+option_reads (struct backend *b, const char *name, const char *want)
+{
+  char got[64] = "";
+
+  if (rados_conf_get (((struct rbd_backend *) b)->conn.cluster, name, got,
+                      sizeof got) < 0 || strcmp (got, want) != 0) {
+    printf ("# %s is '%s', expected '%s'\n", name, got, want);
+    return false;
+  }
+  return true;
+}
+
+/* A disk started with the keys given, then its timeouts as librados
+ * holds them: connecting, monitor requests, OSD requests.
+ */
+static bool
+timeouts_are (const char *const *keys, const char *mount, const char *mon,
+              const char *osd)
+{
+  struct backend *b = open_with ("rbd/plain", keys);
+  bool ok = CHECK (b != NULL) && CHECK (b->ops->start (b) == 0);
+
+  ok = ok && option_reads (b, "client_mount_timeout", mount)
+    && option_reads (b, "rados_mon_op_timeout", mon)
+    && option_reads (b, "rados_osd_op_timeout", osd);
+  backend_close (b);
+  return ok;
+}
+
+/* By default requests wait for the cluster (no per-request timeout) while
+ * connecting stays bounded; a ceph-timeout bounds all three, in whole
+ * seconds rounded up.
+ */
+static bool
+test_timeouts (void)
+{
+  return timeouts_are (NULL, "30", "0", "0")
+    && timeouts_are ((const char *[]) { "ceph-timeout=0", NULL },
+                     "30", "0", "0")
+    && timeouts_are ((const char *[]) { "ceph-timeout=5s", NULL },
+                     "5", "5", "5")
+    && timeouts_are ((const char *[]) { "ceph-timeout=1500ms", NULL },
+                     "2", "2", "2");
+}
+
+/* The watch's rule: requests in flight with no answer for
+ * RBD_STALL_REPORT_NS are reported once, their answer once; an idle disk
+ * is no stall; while the drain runs, the wait is reported after
+ * RBD_DRAIN_REPORT_NS, and once even when the stall was reported before.
+ */
+static bool
+test_stall_rule (void)
+{
+  const uint64_t s = 1000000000;
+  struct rbd_stall st = { .quiet_since_ns = 0 };
+  uint64_t quiet;
+  bool ok = true;
+
+  /* Idle for a minute: nothing. */
+  ok &= CHECK (rbd_stall_look (&st, 60 * s, false, 0, false, &quiet)
+               == RBD_STALL_NONE);
+  /* Answers keep coming: nothing. */
+  for (uint64_t t = 61; t < 80; t++)
+    ok &= CHECK (rbd_stall_look (&st, t * s, true, t, false, &quiet)
+                 == RBD_STALL_NONE);
+  /* The last answer at 79 s; quiet from there. */
+  ok &= CHECK (rbd_stall_look (&st, 88 * s, true, 79, false, &quiet)
+               == RBD_STALL_NONE);
+  ok &= CHECK (rbd_stall_look (&st, 89 * s, true, 79, false, &quiet)
+               == RBD_STALL_BEGAN && quiet == 10 * s);
+  ok &= CHECK (rbd_stall_look (&st, 100 * s, true, 79, false, &quiet)
+               == RBD_STALL_NONE);
+  /* The drain starts during it: said once. */
+  ok &= CHECK (rbd_stall_look (&st, 101 * s, true, 79, true, &quiet)
+               == RBD_STALL_DRAIN && quiet == 22 * s);
+  ok &= CHECK (rbd_stall_look (&st, 102 * s, true, 79, true, &quiet)
+               == RBD_STALL_NONE);
+  /* Answered: the end, once. */
+  ok &= CHECK (rbd_stall_look (&st, 120 * s, true, 80, true, &quiet)
+               == RBD_STALL_ENDED && quiet == 41 * s);
+  ok &= CHECK (rbd_stall_look (&st, 121 * s, false, 80, true, &quiet)
+               == RBD_STALL_NONE);
+  /* Draining: a new wait is said after a second, and its end. */
+  ok &= CHECK (rbd_stall_look (&st, 122 * s, true, 80, true, &quiet)
+               == RBD_STALL_DRAIN && quiet == s);
+  ok &= CHECK (rbd_stall_look (&st, 135 * s, true, 80, true, &quiet)
+               == RBD_STALL_NONE);
+  ok &= CHECK (rbd_stall_look (&st, 136 * s, false, 80, true, &quiet)
+               == RBD_STALL_ENDED && quiet == 15 * s);
   return ok;
 }
 
@@ -775,6 +873,10 @@ main (void)
           "key each fail with one clear line");
   tap_ok (test_unreachable (), "unreachable monitors fail within the "
           "ceph-timeout");
+  tap_ok (test_timeouts (), "requests wait for the cluster by default, "
+          "connecting is bounded; ceph-timeout bounds every request");
+  tap_ok (test_stall_rule (), "a stall is logged once after 10 s, its end "
+          "once; the drain's wait after 1 s");
   run_model_cases ();
   stop_cluster ();
   return tap_done ();

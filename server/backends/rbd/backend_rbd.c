@@ -24,10 +24,22 @@
  * rbd_aio_discard; they may leave partial objects untouched
  * (rbd_skip_partial_discard), so a trim does not promise zeroes.
  *
+ * Waiting: with ceph-timeout=0 (the default) no request has a timeout,
+ * so an outage the cluster recovers from (an OSD hung until it is marked
+ * down, a pool below min_size until its OSDs return) holds requests and
+ * fails none, as with krbd and qemu's rbd driver; librados resends them
+ * on every new OSD map.  The queue bounds what waits (queue-bytes, the
+ * writers block), the stats show the age of the oldest operation, and
+ * the watch thread (backend_rbd_watch.c) says in the log what the disk
+ * waits for.  It counts every answer from librbd and the requests in
+ * flight here.
+ *
  * Lifetime: open connects, checks the image and reads its size and
  * object size, then disconnects, because librados's threads would not
- * survive nbdkit's fork; start (after the fork) connects again and keeps
- * the image open; close (after the queue has drained) closes the image,
+ * survive nbdkit's fork; start (after the fork) connects again, keeps
+ * the image open and starts the watch; draining (the queue's final
+ * drain) tells the watch that nbdkit waits for the cluster to exit;
+ * close (after the queue has drained) stops the watch, closes the image,
  * which releases its exclusive lock for the next opener, then the
  * connection.
  */
@@ -76,6 +88,22 @@ started (struct rbd_backend *rb)
   return true;
 }
 
+/* A synchronous librbd call from a request thread begins and ends: the
+ * watch counts it in flight, then as an answer, whatever its result.
+ */
+static void
+call_begin (struct rbd_backend *rb)
+{
+  atomic_fetch_add_explicit (&rb->calls_in_flight, 1, memory_order_relaxed);
+}
+
+static void
+call_end (struct rbd_backend *rb)
+{
+  atomic_fetch_add_explicit (&rb->answered, 1, memory_order_relaxed);
+  atomic_fetch_sub_explicit (&rb->calls_in_flight, 1, memory_order_relaxed);
+}
+
 /* ------------------------------------------------------------ ops */
 
 static int
@@ -86,7 +114,9 @@ rbd_backend_pread (struct backend *b, void *buf, size_t count, uint64_t offset)
 
   if (!backend_range_ok (b, count, offset) || !started (rb))
     return -1;
+  call_begin (rb);
   r = rbd_read2 (rb->conn.image, offset, count, buf, 0);
+  call_end (rb);
   if (r >= 0 && (size_t) r != count) {
     errno = EIO;                /* the range is inside the image */
     return -1;
@@ -98,10 +128,14 @@ static int
 rbd_backend_flush (struct backend *b)
 {
   struct rbd_backend *rb = to_rbd (b);
+  int r;
 
   if (!started (rb))
     return -1;
-  return librbd_result (rbd_flush (rb->conn.image));
+  call_begin (rb);
+  r = rbd_flush (rb->conn.image);
+  call_end (rb);
+  return librbd_result (r);
 }
 
 /* One submitted operation, from rbd_backend_io to its completion. */
@@ -139,6 +173,7 @@ aio_complete (rbd_completion_t c, void *arg)
   ssize_t r = rbd_aio_get_return_value (c);
 
   rbd_aio_release (c);
+  atomic_fetch_add_explicit (&a->rb->answered, 1, memory_order_relaxed);
   if (r >= 0 && io->fua && !a->rb->writes_durable && !a->flushing
       && (r = flush_after (a)) == 0)
     return;                     /* answered when the flush completes */
@@ -252,8 +287,10 @@ rbd_backend_extents (struct backend *b, uint64_t count, uint64_t offset,
   count = MIN (count, RBD_EXTENTS_OBJECTS * rb->object_size);
   w.end = offset + count;
   /* Reported in ascending order; a range seen twice is skipped. */
+  call_begin (rb);
   r = rbd_diff_iterate2 (rb->conn.image, NULL, offset, count, 1, 0,
                          walk_data, &w);
+  call_end (rb);
   if (r < 0)
     return librbd_result (r);
   if (w.cursor < w.end)
@@ -283,8 +320,22 @@ rbd_backend_start (struct backend *b)
     return -1;
   }
   rb->writes_durable = rbd_conn_writes_durable (&rb->conn);
+  if (rbd_watch_start (rb) == -1) {
+    int err = errno;
+
+    rbd_conn_close (&rb->conn);
+    errno = err;
+    return -1;
+  }
   rb->started = true;
   return 0;
+}
+
+/* The queue's final drain begins: the watch says so if it waits. */
+static void
+rbd_backend_draining (struct backend *b)
+{
+  atomic_store (&to_rbd (b)->draining, true);
 }
 
 static void
@@ -292,6 +343,7 @@ rbd_backend_close (struct backend *b)
 {
   struct rbd_backend *rb = to_rbd (b);
 
+  rbd_watch_stop (rb);
   /* The queue has drained: nothing can still be in flight. */
   if (atomic_load (&rb->in_flight) != 0)
     log_error ("rbd=%s: closed with %u operations in flight", rb->t.spec,
@@ -312,6 +364,7 @@ static const struct backend_ops rbd_ops = {
   .cache = NULL,
   .close = rbd_backend_close,
   .start = rbd_backend_start,
+  .draining = rbd_backend_draining,
 };
 
 /* ------------------------------------------------------------ open */
@@ -371,6 +424,9 @@ backend_rbd_open (const struct rbd_target *t)
   }
   rb->b.ops = &rbd_ops;
   atomic_init (&rb->in_flight, 0);
+  atomic_init (&rb->calls_in_flight, 0);
+  atomic_init (&rb->answered, 0);
+  atomic_init (&rb->draining, false);
   if (read_image (rb) == -1) {
     int err = errno;
 

@@ -7,17 +7,22 @@
  *   backend_rbd_cluster.c  connecting to the cluster and opening the
  *                          image, with one clear line for each failure
  *   backend_rbd_args.c     the rbd= value and the ceph-* keys: the type
+ *   backend_rbd_watch.c    the watch over the cluster's answers: a disk
+ *                          that waits for the cluster says so in the log
  */
 #ifndef PLUGQ_BACKEND_RBD_H
 #define PLUGQ_BACKEND_RBD_H
 
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <rados/librados.h>
 #include <rbd/librbd.h>
 
 #include "backends/backend.h"
+#include "common/lock.h"
 
 /* Operations the queue may keep outstanding on one image: enough merged
  * writes to keep several OSDs busy, each one librbd request.
@@ -32,10 +37,25 @@
  */
 #define RBD_EXTENTS_OBJECTS 256
 
-/* Unless ceph-timeout= says otherwise: how long connecting, and then
- * each request to a monitor or an OSD, may take before it fails.
+/* The default ceph-timeout, 0: requests wait for the cluster however
+ * long it takes, as krbd and qemu's rbd driver do.  A delay instead fails
+ * each request that takes longer (rados_osd_op_timeout,
+ * rados_mon_op_timeout), and bounds connecting too.
  */
-#define RBD_DEFAULT_TIMEOUT_NS (UINT64_C (30) * 1000 * 1000 * 1000)
+#define RBD_DEFAULT_TIMEOUT_NS 0
+
+/* With ceph-timeout=0: how long connecting may take
+ * (client_mount_timeout), so that unreachable monitors still fail the
+ * start with one line instead of hanging it.
+ */
+#define RBD_CONNECT_TIMEOUT_S 30
+
+/* How long requests may be in flight with none answered before the log
+ * says the disk waits for the cluster (once per stall); while nbdkit shuts
+ * down and the drain waits, after RBD_DRAIN_REPORT_NS already.
+ */
+#define RBD_STALL_REPORT_NS (UINT64_C (10) * 1000 * 1000 * 1000)
+#define RBD_DRAIN_REPORT_NS (UINT64_C (1) * 1000 * 1000 * 1000)
 
 /* Where the image is and how to reach it, as the configuration gave it. */
 struct rbd_target {
@@ -46,7 +66,27 @@ struct rbd_target {
   char *conf;                   /* absolute; NULL: librados's search */
   char *id;                     /* client id ("admin"); NULL: default */
   char *keyring;                /* absolute; NULL: from the conf */
-  uint64_t timeout_ns;
+  uint64_t timeout_ns;          /* ceph-timeout; 0: wait */
+};
+
+/* A stall as the watch sees it (backend_rbd_watch.c): requests in
+ * flight and none answered since quiet_since_ns.  Touched by the watch
+ * thread only.
+ */
+struct rbd_stall {
+  uint64_t answered;            /* the answers counted at the last look */
+  uint64_t quiet_since_ns;      /* the last look that saw an answer, or
+                                 * nothing in flight */
+  bool reported;                /* this stall is in the log */
+  bool drain_reported;          /* ... and that the drain waits for it */
+};
+
+/* What a look at the cluster's answers found to log. */
+enum rbd_stall_news {
+  RBD_STALL_NONE,
+  RBD_STALL_BEGAN,              /* waiting for RBD_STALL_REPORT_NS */
+  RBD_STALL_DRAIN,              /* the drain waits, RBD_DRAIN_REPORT_NS */
+  RBD_STALL_ENDED,              /* answered again after a reported stall */
 };
 
 /* One connection to the cluster with the image open on it. */
@@ -74,6 +114,20 @@ struct rbd_backend {
    * thread.
    */
   _Atomic unsigned in_flight;
+  /* Synchronous calls (reads, flushes, extents) in progress. */
+  _Atomic unsigned calls_in_flight;
+  /* Every answer from librbd, asynchronous or not, failed or not: what
+   * the watch counts as the cluster's progress.
+   */
+  _Atomic uint64_t answered;
+  /* Set once the queue's final drain starts (nbdkit shuts down). */
+  _Atomic bool draining;
+  /* The watch thread, from start to close. */
+  pthread_t watch;
+  bool watching;
+  struct lock watch_lock;       /* protects watch_stopping */
+  pthread_cond_t watch_wake;    /* monotonic */
+  bool watch_stopping;
 };
 
 /* backend_rbd_cluster.c: connects and opens t's image.  0, or -1 with
@@ -91,6 +145,18 @@ bool rbd_conn_writes_durable (const struct rbd_conn *c);
  * a connection never or only partly opened.
  */
 void rbd_conn_close (struct rbd_conn *);
+
+/* backend_rbd_watch.c: one look at the cluster's answers at now_ns,
+ * with busy (requests in flight), the answers counted so far and whether
+ * the drain runs: what to log, and for RBD_STALL_ENDED the stall's length
+ * in *quiet_ns.
+ */
+enum rbd_stall_news rbd_stall_look (struct rbd_stall *, uint64_t now_ns,
+                                    bool busy, uint64_t answered,
+                                    bool draining, uint64_t *quiet_ns);
+/* Starts and stops rb's watch thread.  Start: 0, or -1 with errno. */
+int rbd_watch_start (struct rbd_backend *rb);
+void rbd_watch_stop (struct rbd_backend *rb);
 
 /* backend_rbd_args.c: copies and frees a target. */
 int rbd_target_copy (struct rbd_target *dst, const struct rbd_target *src);

@@ -5,7 +5,9 @@
  *                       search: $CEPH_CONF, /etc/ceph/ceph.conf, ...)
  *   ceph-id=NAME        the client id, "admin" or "client.admin"
  *   ceph-keyring=PATH   the keyring holding that client's key
- *   ceph-timeout=DELAY  bound on connecting and on each cluster request
+ *   ceph-timeout=DELAY  0 (the default): requests wait for the cluster;
+ *                       a delay: each request fails after it, and
+ *                       connecting is bounded by it
  *
  * The value is only split here: whether the pool and image exist is
  * learnt at open (before nbdkit forks), whose error still reaches the
@@ -145,7 +147,7 @@ rbd_set (void *args, const char *disk, const char *key, const char *value)
     return set_path (&t->keyring, key, value, disk);
   if (strcmp (key, "ceph-id") == 0)
     return set_id (t, value, disk);
-  return config_parse_delay (key, value, false, &t->timeout_ns);
+  return config_parse_delay (key, value, true, &t->timeout_ns);
 }
 
 static struct backend *
@@ -210,7 +212,7 @@ const struct backend_type backend_type_rbd = {
   "ceph-conf=<PATH>            With rbd=: the cluster's ceph.conf.\n"
   "ceph-id=<NAME>              With rbd=: the Ceph client id (admin).\n"
   "ceph-keyring=<PATH>         With rbd=: the keyring holding its key.\n"
-  "ceph-timeout=<DELAY>        With rbd=: limit on connecting, each request (30s).\n",
+  "ceph-timeout=<DELAY>        With rbd=: fail requests after it (0: wait, default).\n",
   .new_args = rbd_new_args,
   .start = rbd_start_key,
   .set = rbd_set,

@@ -3,10 +3,15 @@
  *
  * Every failure becomes one log_error line that names what was wrong in
  * the user's terms (the pool, the image, the key, the monitors) rather
- * than librados's errno alone, and every wait is bounded by the target's
- * timeout: connecting (client_mount_timeout), and later each monitor and
- * OSD request (rados_mon_op_timeout, rados_osd_op_timeout), so a cluster
- * that stops answering fails requests instead of hanging them.
+ * than librados's errno alone.  Connecting is always bounded
+ * (client_mount_timeout: the target's timeout, or RBD_CONNECT_TIMEOUT_S
+ * with ceph-timeout=0), so unreachable monitors fail the start.  Requests
+ * to monitors and OSDs (rados_mon_op_timeout, rados_osd_op_timeout) wait
+ * for the cluster with ceph-timeout=0, the default, as krbd and qemu's
+ * rbd driver do: Ceph marks a hung OSD down after its heartbeat grace
+ * (20 s and more) and resends the requests, and a timeout near that
+ * turned routine recoveries into EIO.  With a delay they fail after it,
+ * for whoever would rather see an error.
  *
  * librbd's own cache is turned off: plugq's queue already merges and
  * acknowledges writes, and a second write-back cache below it would only
@@ -41,23 +46,30 @@ set_option (rados_t cluster, const struct rbd_target *t, const char *name,
   return 0;
 }
 
+/* Each request's timeout in whole seconds (rounded up), 0 for none. */
 static uint64_t
-timeout_seconds (const struct rbd_target *t)
+request_timeout_s (const struct rbd_target *t)
 {
-  uint64_t s = (t->timeout_ns + 999999999) / 1000000000;
+  return (t->timeout_ns + 999999999) / 1000000000;
+}
 
-  return s ? s : 1;
+/* How long connecting may take, in whole seconds. */
+static uint64_t
+connect_timeout_s (const struct rbd_target *t)
+{
+  return t->timeout_ns ? request_timeout_s (t) : RBD_CONNECT_TIMEOUT_S;
 }
 
 static int
 set_options (rados_t cluster, const struct rbd_target *t)
 {
-  char secs[32];
+  char connect[32], request[32];
 
-  snprintf (secs, sizeof secs, "%" PRIu64, timeout_seconds (t));
-  if (set_option (cluster, t, "client_mount_timeout", secs) == -1
-      || set_option (cluster, t, "rados_mon_op_timeout", secs) == -1
-      || set_option (cluster, t, "rados_osd_op_timeout", secs) == -1
+  snprintf (connect, sizeof connect, "%" PRIu64, connect_timeout_s (t));
+  snprintf (request, sizeof request, "%" PRIu64, request_timeout_s (t));
+  if (set_option (cluster, t, "client_mount_timeout", connect) == -1
+      || set_option (cluster, t, "rados_mon_op_timeout", request) == -1
+      || set_option (cluster, t, "rados_osd_op_timeout", request) == -1
       || set_option (cluster, t, "rbd_cache", "false") == -1
       || set_option (cluster, t, "log_to_stderr", "false") == -1
       || set_option (cluster, t, "err_to_stderr", "false") == -1)
@@ -102,7 +114,7 @@ log_connect_error (rados_t cluster, const struct rbd_target *t, int err)
   case ETIMEDOUT:
     log_error ("rbd=%s: no answer from the Ceph monitors (%s) within %"
                PRIu64 " s", t->spec, mons[0] ? mons : "none configured",
-               timeout_seconds (t));
+               connect_timeout_s (t));
     break;
   case EACCES: case EPERM:
     log_error ("rbd=%s: the cluster refused client.%s: wrong key, or none "
