@@ -8,6 +8,28 @@ cmd=${1:-serve}
 
 "$top/scripts/install-deps.sh"
 
+# Which nbdkit will serve, and a warning if a client can abort it (the man
+# page's SECURITY).
+report_nbdkit() {
+  local v
+  v=$(nbdkit --version 2>/dev/null | awk '{ print $2 }') || true
+  if [ -z "$v" ]; then
+    echo "setup.sh: no nbdkit on PATH" >&2
+    return 0
+  fi
+  echo "setup.sh: nbdkit $v ($(command -v nbdkit))"
+  if "$top/scripts/nbdkit-early-hangup-abort.sh" "$v"; then
+    cat >&2 <<MSG
+setup.sh: WARNING: nbdkit $v aborts when a client pipelines reads and hangs
+  up without reading the replies, taking every disk down (fixed in nbdkit
+  1.34).  Serve trusted clients only, or require TLS with client
+  certificates; prefer nbdkit 1.34 or later.  man nbdkit-plugq-plugin,
+  SECURITY.
+MSG
+  fi
+}
+report_nbdkit
+
 case "$cmd" in
 serve)
   "$top/scripts/build.sh" "$top/_build/gcc"

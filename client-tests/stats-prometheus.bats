@@ -64,7 +64,8 @@ EOF
 @test "stats-format=prometheus: a real parser reads it and it holds the JSON counters" {
   run_workload json
   run_workload prometheus
-  [ ! -e "$T/stats.prometheus.tmp" ] || fail "the .tmp file of the atomic rename was left"
+  run find "$T" -name '.stats.prometheus.*'
+  assert_output ""    # no temporary file of the atomic rename was left
   promtool_check "$T/stats.prometheus"
   "$PLUGQ_STAT" --prometheus "$T/stats.json" >"$T/converted.prom"
 

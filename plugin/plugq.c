@@ -140,6 +140,20 @@ plugq_config_complete_cb (void)
 /* The names come from the tables, so scripts see every backend and
  * elevator this build has.
  */
+/* Whether nbdkit MAJOR.MINOR.MICRO aborts when a client hangs up with
+ * replies still to send ("raw_send_socket: Assertion `sock >= 0'"): from
+ * "server: Give client EOF when we are done writing" (1.32.4, 1.33.3) to
+ * "server: Don't assert on send if client hangs up early" (1.33.10, so
+ * 1.34.0).  scripts/nbdkit-early-hangup-abort.sh holds the same rule.
+ */
+static bool
+nbdkit_aborts_on_early_hangup (int major, int minor, int micro)
+{
+  return major == 1
+    && ((minor == 32 && micro >= 4) || (minor == 33 && micro >= 3
+                                        && micro <= 9));
+}
+
 static void
 plugq_dump_plugin (void)
 {
@@ -149,6 +163,15 @@ plugq_dump_plugin (void)
   printf ("plugq_version=%s\n", PACKAGE_VERSION);
   printf ("plugq_elevators=%s\n", elevators ? elevators : "");
   printf ("plugq_backends=%s\n", backends ? backends : "");
+  /* nbdkit 1.32 tells a plugin nothing of its own version while it runs:
+   * these are the headers plugq was built with (man page, SECURITY).
+   */
+  printf ("plugq_nbdkit_build_version=%s\n", NBDKIT_VERSION_STRING);
+  printf ("plugq_nbdkit_early_hangup_abort=%s\n",
+          nbdkit_aborts_on_early_hangup (NBDKIT_VERSION_MAJOR,
+                                         NBDKIT_VERSION_MINOR,
+                                         NBDKIT_VERSION_MICRO)
+          ? "yes" : "no");
   free (elevators);
   free (backends);
 }

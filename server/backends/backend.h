@@ -134,9 +134,11 @@ struct backend *backend_file_open (const char *path, bool direct,
                                    bool readonly);
 struct backend *backend_memory_new (uint64_t size);
 /* A remote NBD export through libnbd.  reconnect_ns > 0 retries a lost
- * connection with backoff starting there.
+ * connection with backoff starting there.  connect_timeout_ns bounds each
+ * dial: the connection and the whole NBD handshake.
  */
-struct backend *backend_nbd_open (const char *uri, uint64_t reconnect_ns);
+struct backend *backend_nbd_open (const char *uri, uint64_t reconnect_ns,
+                                  uint64_t connect_timeout_ns);
 
 /* Every backend refuses a range past its end the same way. */
 static inline bool

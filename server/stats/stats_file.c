@@ -4,15 +4,13 @@
 #include <config.h>
 
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <jansson.h>
 
@@ -24,6 +22,7 @@
 #include "common/lock.h"
 #include "common/log.h"
 #include "common/minmax.h"
+#include "common/replace_file.h"
 #include "queue/queue.h"
 #include "stats.h"
 #include "stats_file.h"
@@ -31,7 +30,6 @@
 
 struct stats_file {
   char *path;
-  char *tmp_path;
   enum stats_format format;
   uint64_t interval_ns;
   struct queue **disks;
@@ -45,7 +43,7 @@ struct stats_file {
   pthread_cond_t wake;          /* CLOCK_MONOTONIC */
   bool stopping;
 
-  struct lock write_lock;       /* one writer of PATH.tmp at a time */
+  struct lock write_lock;       /* one snapshot written at a time */
   bool failing;                 /* last write failed: log only changes */
 };
 
@@ -346,62 +344,23 @@ stats_file_render (struct queue **disks, size_t nr_disks,
 
 /* ---------------------------------------------------------------- file */
 
-static int
-write_all (int fd, const char *buf, size_t len)
-{
-  while (len > 0) {
-    ssize_t r = write (fd, buf, len);
-
-    if (r == -1) {
-      if (errno == EINTR)
-        continue;
-      return -1;
-    }
-    buf += r;
-    len -= r;
-  }
-  return 0;
-}
-
-/* The document, then tail, to PATH.tmp, then rename over PATH: readers
- * never see a half-written file.  Returns the failing step in *what.
- * Under write_lock: PATH.tmp has one writer.
+/* The document, then tail, replace PATH whole (common/replace_file.h:
+ * readers never see a half-written file, and nothing another user put in
+ * the directory is followed, opened or handed over).  Returns the failing
+ * step in *what.  Under write_lock, so that snapshots replace one another
+ * in order.
  */
 static int
-replace_file (struct stats_file *sf, const char *text, const char *tail,
-              const char **what)
+replace_snapshot (struct stats_file *sf, const char *text, const char *tail,
+                  const char **what)
 {
-  int fd, saved;
+  const struct iovec parts[] = {
+    { .iov_base = (void *) text, .iov_len = strlen (text) },
+    { .iov_base = (void *) tail, .iov_len = strlen (tail) },
+  };
 
   lock_assert_held (&sf->write_lock);
-  *what = "open";
-  fd = open (sf->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd == -1)
-    return -1;
-  *what = "write";
-  if (write_all (fd, text, strlen (text)) == -1
-      || write_all (fd, tail, strlen (tail)) == -1) {
-    saved = errno;
-    close (fd);
-    unlink (sf->tmp_path);
-    errno = saved;
-    return -1;
-  }
-  *what = "close";
-  if (close (fd) == -1) {
-    saved = errno;
-    unlink (sf->tmp_path);
-    errno = saved;
-    return -1;
-  }
-  *what = "rename";
-  if (rename (sf->tmp_path, sf->path) == -1) {
-    saved = errno;
-    unlink (sf->tmp_path);
-    errno = saved;
-    return -1;
-  }
-  return 0;
+  return replace_file (sf->path, 0644, parts, 2, what);
 }
 
 static char *
@@ -427,9 +386,9 @@ stats_file_write_now (struct stats_file *sf)
   /* The JSON document is one line without its newline; the exposition
    * ends in one.
    */
-  r = text ? replace_file (sf, text,
-                           sf->format == STATS_FORMAT_JSON ? "\n" : "",
-                           &what) : -1;
+  r = text ? replace_snapshot (sf, text,
+                               sf->format == STATS_FORMAT_JSON ? "\n" : "",
+                               &what) : -1;
   saved = errno;
   free (text);
 
@@ -479,7 +438,6 @@ static void
 free_stats_file (struct stats_file *sf)
 {
   free (sf->path);
-  free (sf->tmp_path);
   free (sf);
 }
 
@@ -496,12 +454,10 @@ stats_file_start (const char *path, enum stats_format format,
   if (sf == NULL)
     goto nomem;
   sf->path = strdup (path);
-  if (sf->path == NULL
-      || (sf->tmp_path = malloc (strlen (path) + 5)) == NULL) {
+  if (sf->path == NULL) {
     free_stats_file (sf);
     goto nomem;
   }
-  sprintf (sf->tmp_path, "%s.tmp", path);
   sf->format = format;
   sf->interval_ns = interval_ns > 0 ? interval_ns : 1000000000;
   sf->disks = disks;

@@ -2,12 +2,14 @@
  * in the Prometheus text format (stats-format=, stats_prometheus.h).
  *
  * A thread of its own rewrites PATH every interval: the document goes to
- * PATH.tmp, then rename() replaces PATH, so a reader always sees one whole
- * snapshot (and node_exporter's textfile collector, which reads only
- * *.prom, never sees PATH.tmp).  docs/stats-format.md describes both
- * formats.  Start it after
- * fork and stop it at cleanup; stopping writes once more, so the last
- * snapshot holds the final counters.
+ * a fresh temporary file in PATH's directory, then rename() replaces PATH
+ * (common/replace_file.h), so a reader always sees one whole snapshot, and
+ * nothing another user planted in the directory is written through or
+ * blocked on.  The temporary name starts with a dot and never ends like
+ * PATH, so node_exporter's textfile collector, which reads only *.prom,
+ * never sees it.  docs/stats-format.md describes both formats.  Start it
+ * after fork and stop it at cleanup; stopping writes once more, so the
+ * last snapshot holds the final counters.
  */
 #ifndef PLUGQ_STATS_FILE_H
 #define PLUGQ_STATS_FILE_H

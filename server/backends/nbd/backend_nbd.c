@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 
 #include <libnbd.h>
 
@@ -326,13 +327,15 @@ set_limits (struct nbd_backend *nb)
 }
 
 struct backend *
-backend_nbd_open (const char *uri, uint64_t reconnect_ns)
+backend_nbd_open (const char *uri, uint64_t reconnect_ns,
+                  uint64_t connect_timeout_ns)
 {
   struct nbd_backend *nb = calloc (1, sizeof *nb);
 
   if (nb == NULL)
     goto nomem;
   nb->watched_fd = -1;
+  nb->stop_fd = -1;
   lock_init (&nb->lock);
   lock_init (&nb->spare_lock);
   lock_init (&nb->held_lock);
@@ -341,6 +344,11 @@ backend_nbd_open (const char *uri, uint64_t reconnect_ns)
     goto nomem;
   nb->b.ops = &nbd_ops;
   nb->reconnect_ns = reconnect_ns;
+  nb->connect_timeout_ns = connect_timeout_ns;
+  if ((nb->stop_fd = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK)) == -1) {
+    log_error ("%s: eventfd: %m", uri);
+    goto fail;
+  }
   /* Connect now (before nbdkit forks) so the size is known when volumes
    * are built and a wrong URI fails on the terminal.
    */
@@ -383,12 +391,17 @@ fail:
 struct nbd_args {
   char *uri;
   uint64_t reconnect_ns;        /* 0: no reconnect= */
+  uint64_t connect_timeout_ns;
 };
 
 static void *
 nbd_new_args (void)
 {
-  return calloc (1, sizeof (struct nbd_args));
+  struct nbd_args *a = calloc (1, sizeof *a);
+
+  if (a)
+    a->connect_timeout_ns = NBD_DEFAULT_CONNECT_TIMEOUT_NS;
+  return a;
 }
 
 /* Only the scheme is checked here; libnbd parses the rest and connects
@@ -424,6 +437,8 @@ nbd_set (void *args, const char *disk, const char *key, const char *value)
 {
   struct nbd_args *a = args;
 
+  if (strcmp (key, "connect-timeout") == 0)
+    return config_parse_delay (key, value, false, &a->connect_timeout_ns);
   return config_parse_delay (key, value, false, &a->reconnect_ns);
 }
 
@@ -432,7 +447,7 @@ nbd_open_args (const void *args, bool readonly)
 {
   const struct nbd_args *a = args;
 
-  return backend_nbd_open (a->uri, a->reconnect_ns);
+  return backend_nbd_open (a->uri, a->reconnect_ns, a->connect_timeout_ns);
 }
 
 static void
@@ -449,11 +464,12 @@ const struct backend_type backend_type_nbd = {
   .name = "nbd",
   .article = "an",
   .value_name = "URI",
-  .keys = (const char *const[]) { "reconnect", NULL },
+  .keys = (const char *const[]) { "reconnect", "connect-timeout", NULL },
   .summary = "remote NBD exports",
   .help =
   "nbd=<URI>                   Backend of the last disk=: a remote NBD export.\n"
-  "reconnect=<DELAY>           With nbd=: redial a lost server, backoff from DELAY.\n",
+  "reconnect=<DELAY>           With nbd=: redial a lost server, backoff from DELAY.\n"
+  "connect-timeout=<DELAY>     With nbd=: limit on each dial and handshake (30s).\n",
   .new_args = nbd_new_args,
   .start = nbd_start,
   .set = nbd_set,

@@ -28,6 +28,7 @@
 
 #define NBD_DEFAULT_PAYLOAD (32 * 1024 * 1024) /* the spec's default max */
 #define ZERO_CHUNK (1024 * 1024 * 1024)        /* under NBD's 32-bit count */
+#define NBD_DEFAULT_CONNECT_TIMEOUT_NS (UINT64_C (30) * 1000 * 1000 * 1000)
 
 /* What the remote offered when the disk was opened.  It was advertised to
  * nbdkit's clients and built into the queue's limits, and neither can be
@@ -92,6 +93,9 @@ struct nbd_backend {
   struct remote_caps caps;      /* read once, at open */
   uint64_t reconnect_ns;
   uint64_t backoff_ns;
+  uint64_t connect_timeout_ns;  /* bound on one dial, handshake included */
+  int stop_fd;                  /* eventfd, readable once closing: ends a
+                                 * dial in progress (-1 if none) */
 
   /* Guards h and connected: commands are issued under it, so the loop
    * thread can swap a reconnected handle in safely.  The loop thread,

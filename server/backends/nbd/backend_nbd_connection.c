@@ -2,21 +2,28 @@
  *
  * What the remote offers, read at open and again on every reconnect; the
  * libev loop thread that feeds libnbd from the socket and handles a lost
- * connection once; dialling, and redialling with backoff until the
- * remote offers everything it did at open, then replaying what the lost
- * one had not flushed and sending again what it left undone before the
- * new one is used; starting and closing it all.
+ * connection once; dialling, with a deadline on the handshake, and
+ * redialling with backoff until the remote offers everything it did at
+ * open, then replaying what the lost one had not flushed and sending
+ * again what it left undone before the new one is used; starting and
+ * closing it all.
  */
 #include <config.h>
 
+#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <ev.h>
@@ -24,6 +31,7 @@
 
 #include "backends/backend.h"
 #include "backend_nbd.h"
+#include "common/clock.h"
 #include "common/engine_thread.h"
 #include "common/lock.h"
 #include "common/log.h"
@@ -289,21 +297,122 @@ stop_cb (struct ev_loop *loop, ev_async *w, int revents)
   ev_break (loop, EVBREAK_ALL);
 }
 
-/* A fresh connection; its callers check it before using it. */
+/* ------------------------------------------------------------ dialling */
+
+/* A delay as connect-timeout= spells it ("300ms", "30s"), for messages. */
+static void
+format_delay (char *buf, size_t n, uint64_t ns)
+{
+  static const struct { const char *unit; uint64_t scale; } units[] = {
+    { "s", UINT64_C (1000000000) }, { "ms", UINT64_C (1000000) },
+    { "us", UINT64_C (1000) }, { "ns", 1 },
+  };
+  size_t i = 0;
+
+  while (ns % units[i].scale != 0)
+    i++;
+  snprintf (buf, n, "%" PRIu64 "%s", ns / units[i].scale, units[i].unit);
+}
+
+/* Milliseconds for poll() until deadline_ns, rounded up. */
+static int
+poll_ms_until (uint64_t deadline_ns, uint64_t now_ns)
+{
+  uint64_t ms = (deadline_ns - now_ns + 999999) / 1000000;
+
+  return ms > INT_MAX ? INT_MAX : (int) ms;
+}
+
+/* Feeds h's socket to libnbd until the handshake is done, h is dead, the
+ * deadline passes (*stalled) or the backend is closing (nb->stop_fd).
+ * libnbd 1.14 has no handshake timeout, and nbd_poll watches no second
+ * descriptor, so this is nbd_poll with both.  0 once h is ready; -1
+ * otherwise, with why empty if libnbd's error says it.
+ */
+static int
+finish_handshake (struct nbd_backend *nb, struct nbd_handle *h,
+                  char *why, size_t why_size, bool *stalled)
+{
+  uint64_t deadline = monotonic_ns () + nb->connect_timeout_ns;
+
+  while (nbd_aio_is_connecting (h) == 1) {
+    unsigned dir = nbd_aio_get_direction (h);
+    struct pollfd fds[2] = {
+      { .fd = nbd_aio_get_fd (h),
+        .events = (dir & LIBNBD_AIO_DIRECTION_READ ? POLLIN : 0)
+                  | (dir & LIBNBD_AIO_DIRECTION_WRITE ? POLLOUT : 0) },
+      { .fd = nb->stop_fd, .events = POLLIN },
+    };
+    uint64_t now = monotonic_ns ();
+    short ready;
+    int r;
+
+    if (fds[0].fd < 0)
+      return -1;
+    if (now >= deadline) {
+      char delay[32];
+
+      format_delay (delay, sizeof delay, nb->connect_timeout_ns);
+      snprintf (why, why_size, "no NBD handshake within %s", delay);
+      *stalled = true;
+      return -1;
+    }
+    r = poll (fds, 2, poll_ms_until (deadline, now));
+    if (r == -1 && errno == EINTR)
+      continue;
+    if (r == -1) {
+      snprintf (why, why_size, "poll: %s", strerror (errno));
+      return -1;
+    }
+    if (fds[1].revents) {
+      snprintf (why, why_size, "given up: the disk is closing");
+      return -1;
+    }
+    ready = fds[0].revents;
+    r = 0;
+    if (ready & (POLLIN | POLLHUP | POLLERR)
+        && dir & LIBNBD_AIO_DIRECTION_READ)
+      r = nbd_aio_notify_read (h);
+    else if (ready & (POLLOUT | POLLHUP | POLLERR | POLLNVAL))
+      r = nbd_aio_notify_write (h);
+    if (r == -1)
+      return -1;
+  }
+  return nbd_aio_is_ready (h) == 1 ? 0 : -1;
+}
+
+/* Why a quiet redial last failed in its handshake, logged once per loss
+ * (retry_cb resets nb->refused on a new loss).
+ */
+static const char stalled_handshake[] = "a stalled handshake";
+
+/* A fresh connection, or NULL after at most connect-timeout; its callers
+ * check it before using it.  quiet (redialling) logs only a remote that
+ * accepts and then stalls, once per loss: the others fail fast and are
+ * expected while a remote is away.
+ */
 struct nbd_handle *
 dial (struct nbd_backend *nb, bool quiet)
 {
   struct nbd_handle *h = nbd_create ();
+  char why[128] = "";
+  bool stalled = false;
 
   if (h == NULL)
     goto fail;
   if (nbd_add_meta_context (h, LIBNBD_CONTEXT_BASE_ALLOCATION) == -1
-      || nbd_connect_uri (h, nb->uri) == -1)
+      || nbd_aio_connect_uri (h, nb->uri) == -1
+      || finish_handshake (nb, h, why, sizeof why, &stalled) == -1)
     goto fail;
   return h;
 fail:
   if (!quiet)
-    log_error ("nbd=%s: cannot connect: %s", nb->uri, nbd_get_error ());
+    log_error ("nbd=%s: cannot connect: %s", nb->uri,
+               *why ? why : nbd_get_error ());
+  else if (stalled && nb->refused != stalled_handshake) {
+    log_error ("%s: %s; redialling", nb->uri, why);
+    nb->refused = stalled_handshake;
+  }
   nbd_close (h);
   return NULL;
 }
@@ -419,6 +528,8 @@ nbd_backend_close (struct backend *b)
   struct nbd_backend *nb = to_nbd (b);
 
   if (nb->started) {
+    /* A dial in progress gives up at once rather than at its deadline. */
+    eventfd_write (nb->stop_fd, 1);
     ev_async_send (nb->loop, &nb->stop);
     pthread_join (nb->thread, NULL);
   }
@@ -432,6 +543,8 @@ nbd_backend_close (struct backend *b)
   if (nb->watched_fd >= 0)
     close (nb->watched_fd);
   fail_held (nb);
+  if (nb->stop_fd >= 0)
+    close (nb->stop_fd);
   ops_free_spares (nb);
   replay_destroy (&nb->replay);
   lock_destroy (&nb->held_lock);
