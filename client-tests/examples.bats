@@ -35,6 +35,8 @@ declare -gA NOT_RUN=(
   ["scripts/install-deps.sh"]="installs Debian packages on this machine"
   ["autoreconf -fi && ./configure && make && make check"]="builds in the source tree; CI builds and checks out of tree (scripts/test-all.sh)"
   ["make install"]="installs on this machine; service.bats installs the build tree into a DESTDIR of its own"
+  ["dpkg-buildpackage -us -uc -b"]="client-tests/package.bats builds the package"
+  ["apt install ./nbdkit-plugin-plugq_*.deb"]="installs on this machine; package.bats serves a disk from the package unpacked in a throw-away root"
 )
 
 # Sparse backing files are this large: more than any OFFSET+LENGTH the
