@@ -22,6 +22,8 @@ packages=(
   # the rbd= backend and its tests' throw-away cluster (no mgr needed);
   # qemu's rbd: driver for the bench's comparison
   ceph-mon ceph-osd ceph-common librbd-dev librados-dev qemu-block-extra
+  # the Debian package (debian/) and its test (client-tests/package.bats)
+  debhelper dh-python dpkg-dev fakeroot lintian
 )
 
 missing=()
