@@ -5,10 +5,61 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "log.h"
 
 bool log_queue_events;
+
+/* This thread's context prefix and capture, if any. */
+static __thread const char *context;
+static __thread struct log_capture *capture;
+
+void
+log_set_context (const char *c)
+{
+  context = c;
+}
+
+const char *
+log_get_context (void)
+{
+  return context;
+}
+
+void
+log_capture_begin (struct log_capture *c)
+{
+  c->text[0] = '\0';
+  c->len = 0;
+  c->count = 0;
+  capture = c;
+}
+
+void
+log_capture_end (struct log_capture *c)
+{
+  if (capture == c)
+    capture = NULL;
+}
+
+/* Appends msg to the capture, cut short rather than lost when full. */
+static void
+capture_append (struct log_capture *c, const char *msg)
+{
+  int n;
+
+  if (c->len + 1 >= sizeof c->text)
+    return;
+  n = snprintf (c->text + c->len, sizeof c->text - c->len, "%s%s",
+                c->count ? "; " : "", msg);
+  c->count++;
+  if (n < 0)
+    return;
+  c->len += (size_t) n;
+  if (c->len >= sizeof c->text)
+    c->len = sizeof c->text - 1;
+}
 
 /* A copy, so the caller may pass a temporary.  The sink is installed once
  * while the plugin loads, before any engine thread exists, so readers need
@@ -79,13 +130,49 @@ emit (void (*sink_fn) (const char *), const char *prefix, const char *fmt,
   errno = saved_errno;
 }
 
+/* The message with this thread's context before it, into buf (or a
+ * heap string when it does not fit, freed by the caller).
+ */
+static const char *
+with_context (char *buf, size_t size, char **heap, const char *msg)
+{
+  size_t need = strlen (context) + 2 + strlen (msg) + 1;
+
+  *heap = NULL;
+  if (need > size && (*heap = malloc (need)) != NULL) {
+    buf = *heap;
+    size = need;
+  }
+  snprintf (buf, size, "%s: %s", context, msg);
+  return buf;
+}
+
+/* An error for the sink: the context first, and into the capture
+ * instead while this thread captures.
+ */
+static void
+error_sink (const char *msg)
+{
+  char buf[1024], *heap = NULL;
+
+  if (context)
+    msg = with_context (buf, sizeof buf, &heap, msg);
+  if (capture)
+    capture_append (capture, msg);
+  else if (sink.error)
+    sink.error (msg);
+  else
+    fprintf (stderr, "plugq: %s\n", msg);
+  free (heap);
+}
+
 void
 log_error (const char *fmt, ...)
 {
   va_list ap;
 
   va_start (ap, fmt);
-  emit (sink.error, "plugq: ", fmt, ap);
+  emit (error_sink, "", fmt, ap);
   va_end (ap);
 }
 

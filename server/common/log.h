@@ -24,4 +24,28 @@ void log_debug (const char *fmt, ...)
 /* -D plugq.queue=1: log every plug and unplug. */
 extern bool log_queue_events;
 
+/* Where an error came from, for messages about a configuration file:
+ * while set, this thread's errors start with "CONTEXT: " (for example
+ * "/etc/plugq.conf:12: ").  The string must stay valid until cleared
+ * with NULL.  Thread-local, so configuring on one thread never prefixes
+ * another thread's messages.
+ */
+void log_set_context (const char *context);
+const char *log_get_context (void);
+
+/* The errors of one operation, kept as text for whoever asked for it
+ * (the control thread answers its client with them) instead of going to
+ * the sink.  Between log_capture_begin and log_capture_end this thread's
+ * errors are appended to the capture, joined with "; "; other threads
+ * log as before.
+ */
+struct log_capture {
+  char text[1024];
+  size_t len;
+  unsigned count;               /* errors captured */
+};
+
+void log_capture_begin (struct log_capture *);
+void log_capture_end (struct log_capture *);
+
 #endif /* PLUGQ_LOG_H */
