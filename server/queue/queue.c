@@ -46,18 +46,36 @@ queue_config_defaults (struct queue_config *c)
 
 static void timer_fired (void *q, uint64_t deadline_ns);
 
+/* What q->cfg and the backend decide together: the merge limit and
+ * which writes may go around the queue.  At creation, and when a disk
+ * with no client changes its keys (queue_reconfig.c).
+ */
+void
+queue_derive_settings (struct queue *q)
+{
+  const struct backend *backend = q->backend;
+  const struct queue_config *cfg = &q->cfg;
+  /* Writes may go around an asynchronous backend (queue_bypass.c). */
+  bool async_around;
+
+  q->merge_limit = cfg->max_merge;
+  if (backend->max_write && backend->max_write < q->merge_limit)
+    q->merge_limit = backend->max_write;
+  q->bypass = cfg->bypass && backend->writes_to_memory
+    && !backend_is_async (backend) && q->block_mask == 0
+    && backend->buffer_align <= 1;
+  async_around = cfg->bypass && backend_is_async (backend)
+    && q->block_mask == 0 && backend->buffer_align <= 1;
+  q->bypass_large = async_around;
+  q->bypass_waiting = async_around && cfg->ack == ACK_DISPATCHED;
+}
+
 static void
 queue_init_fields (struct queue *q, struct backend *backend,
                    const struct queue_config *cfg)
 {
-  /* Writes may go around an asynchronous backend (queue_bypass.c). */
-  bool async_around;
-
   q->backend = backend;
   q->cfg = *cfg;
-  q->merge_limit = cfg->max_merge;
-  if (backend->max_write && backend->max_write < q->merge_limit)
-    q->merge_limit = backend->max_write;
   q->block_mask = backend->min_block > 1 ? backend->min_block - 1 : 0;
   q->index = session_register_queue ();
   lock_init (&q->lock);
@@ -77,13 +95,7 @@ queue_init_fields (struct queue *q, struct backend *backend,
   q->max_in_flight = backend_is_async (backend) && backend->max_in_flight > 1
     ? backend->max_in_flight : SYNC_ROUND * q->max_holders;
   q->writes_carry_fua = backend_is_async (backend) && backend->can_fua;
-  q->bypass = cfg->bypass && backend->writes_to_memory
-    && !backend_is_async (backend) && q->block_mask == 0
-    && backend->buffer_align <= 1;
-  async_around = cfg->bypass && backend_is_async (backend)
-    && q->block_mask == 0 && backend->buffer_align <= 1;
-  q->bypass_large = async_around;
-  q->bypass_waiting = async_around && cfg->ack == ACK_DISPATCHED;
+  queue_derive_settings (q);
   q->elevator.by_offset = &q->by_offset;
   q->elevator.by_age = &q->by_age;
   q->elevator.reads.target_ns = cfg->read_target_ns;

@@ -102,4 +102,38 @@ int queue_flush (struct queue *, struct session *);
 /* A copy of the counters, taken under the queue lock. */
 void queue_stats_snapshot (struct queue *, struct queue_stats *);
 
+/* ------------------------------------------------ in service (queue_reconfig.c) */
+
+/* A copy of the queue's keys, taken under its lock: set may change them
+ * (queue_get_config's are only stable while nothing can).
+ */
+void queue_config_snapshot (struct queue *, struct queue_config *);
+
+/* The first key whose value differs between the queue's keys and cfg
+ * among those every request reads without the queue's lock (ack=,
+ * bypass=, max-merge=, unplug-thresh=, write-expire=), by its name
+ * ("ack"); NULL if none does.
+ */
+const char *queue_config_unlocked_key (struct queue *,
+                                       const struct queue_config *cfg);
+
+/* Gives the queue cfg's keys (retry_ns excepted).  The keys read only
+ * under the queue's lock change at once, under it: unplug-delay= from the
+ * next plug, elevator= from the next dispatch, queue-bytes= and
+ * queue-requests= for the next write (writers waiting for room are woken
+ * if it grew).  The others (queue_config_unlocked_key) only with
+ * no_requests: the caller guarantees that no request can be in the queue
+ * or arrive while this runs; else -1 with EBUSY and nothing changed.  -1
+ * after log_error if the new elevator cannot start (the old one stays).
+ */
+int queue_set_config (struct queue *, const struct queue_config *cfg,
+                      bool no_requests);
+
+/* Takes a queue out of service: drains it and flushes its backend (as
+ * queue_stop), stops its dispatch thread, detaches its unplug timer,
+ * closes its backend, frees it and gives its session slot back.  For a
+ * queue started or not; no request may reach it any more.
+ */
+void queue_retire (struct queue *);
+
 #endif /* PLUGQ_QUEUE_H */

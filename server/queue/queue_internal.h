@@ -22,6 +22,8 @@
  *   queue_spares.c   giving back the spare buffers of a disk gone quiet
  *   queue_failing.c  answered writes whose write-back failed: kept,
  *                    tried again, and what FLUSH and writers are told
+ *   queue_reconfig.c a live disk's keys changed (set), and a queue retired
+ *                    from service (stopped, its timer detached, freed)
  *
  * Locking: every field below is protected by q->lock unless it says
  * otherwise.  A helper that needs the lock starts with
@@ -328,6 +330,7 @@ queue_release_answer (struct queue *q, int err)
 }
 
 /* queue.c */
+void queue_derive_settings (struct queue *);
 void queue_plug (struct queue *);
 void queue_unplug_locked (struct queue *, enum unplug_cause);
 

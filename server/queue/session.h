@@ -17,10 +17,13 @@ void session_free (struct session *);
 
 #define SESSION_SLOT_UNSET UINT64_MAX
 
-/* Every queue gets a slot number when it is created (configuration time,
- * before any connection exists), so a session can size its cursors once.
+/* Every queue gets a slot number when it is created, before any
+ * connection can reach it, so a session sizes its cursors once, when it
+ * opens, for every disk it can reach.  A freed queue gives its slot back
+ * for the next queue (queue_retire).
  */
 unsigned session_register_queue (void);
+void session_release_queue (unsigned slot);
 
 /* Sessions are numbered from 1 as they open; the generation is the
  * newest number handed out, so every session with id <= it exists.

@@ -16,6 +16,17 @@ struct timer_service {
   ev_async stop;
   pthread_t thread;
   bool running;
+
+  /* A timer to attach or detach while the loop runs: libev watchers
+   * start and stop only in the loop's thread, so another thread leaves
+   * the request here, wakes the loop with `change` and waits for it.
+   * Only disks added or removed in service do this, never the I/O path.
+   */
+  ev_async change;
+  pthread_mutex_t change_lock;
+  pthread_cond_t change_done;
+  struct unplug_timer *change_timer;  /* NULL: no request pending */
+  bool change_attach;                 /* else detach */
 };
 
 /* libev's timers run on the loop's own clock; convert our absolute
@@ -92,6 +103,60 @@ stop_cb (struct ev_loop *loop, ev_async *w, int revents)
   ev_break (loop, EVBREAK_ALL);
 }
 
+/* In the loop's thread, or before it starts and after it stopped. */
+static void
+attach_here (struct timer_service *ts, struct unplug_timer *t)
+{
+  ev_async_start (ts->loop, &t->wake);
+  /* A deadline set before attaching still has to fire. */
+  if (atomic_load (&t->deadline_ns))
+    ev_async_send (ts->loop, &t->wake);
+}
+
+/* The same: after this no callback of t runs again. */
+static void
+detach_here (struct timer_service *ts, struct unplug_timer *t)
+{
+  ev_timer_stop (ts->loop, &t->timer);
+  ev_async_stop (ts->loop, &t->wake);
+  atomic_store (&t->expiry_ns, 0);
+}
+
+/* Loop thread: the attach or detach another thread asked for. */
+static void
+change_cb (struct ev_loop *loop, ev_async *w, int revents)
+{
+  struct timer_service *ts = w->data;
+
+  pthread_mutex_lock (&ts->change_lock);
+  if (ts->change_timer) {
+    if (ts->change_attach)
+      attach_here (ts, ts->change_timer);
+    else
+      detach_here (ts, ts->change_timer);
+    ts->change_timer = NULL;
+    pthread_cond_broadcast (&ts->change_done);
+  }
+  pthread_mutex_unlock (&ts->change_lock);
+}
+
+/* Hands t to the running loop's thread and waits until it is attached
+ * (or detached) there.
+ */
+static void
+change_in_loop (struct timer_service *ts, struct unplug_timer *t, bool attach)
+{
+  pthread_mutex_lock (&ts->change_lock);
+  while (ts->change_timer)      /* another thread's request first */
+    pthread_cond_wait (&ts->change_done, &ts->change_lock);
+  ts->change_timer = t;
+  ts->change_attach = attach;
+  ev_async_send (ts->loop, &ts->change);
+  while (ts->change_timer == t)
+    pthread_cond_wait (&ts->change_done, &ts->change_lock);
+  pthread_mutex_unlock (&ts->change_lock);
+}
+
 struct timer_service *
 timer_service_new (void)
 {
@@ -108,6 +173,11 @@ timer_service_new (void)
   }
   ev_async_init (&ts->stop, stop_cb);
   ev_async_start (ts->loop, &ts->stop);
+  ev_async_init (&ts->change, change_cb);
+  ts->change.data = ts;
+  ev_async_start (ts->loop, &ts->change);
+  pthread_mutex_init (&ts->change_lock, NULL);
+  pthread_cond_init (&ts->change_done, NULL);
   return ts;
 }
 
@@ -130,16 +200,26 @@ unplug_timer_init (struct unplug_timer *t,
 int
 timer_service_attach (struct timer_service *ts, struct unplug_timer *t)
 {
-  if (ts->running) {
-    errno = EBUSY;              /* libev watchers start in the loop thread */
-    return -1;
-  }
   t->service = ts;
-  ev_async_start (ts->loop, &t->wake);
-  /* A deadline set before attaching still has to fire. */
-  if (atomic_load (&t->deadline_ns))
-    ev_async_send (ts->loop, &t->wake);
+  if (ts->running)
+    change_in_loop (ts, t, true);
+  else
+    attach_here (ts, t);
   return 0;
+}
+
+void
+timer_service_detach (struct unplug_timer *t)
+{
+  struct timer_service *ts = t->service;
+
+  if (ts == NULL)
+    return;
+  if (ts->running)
+    change_in_loop (ts, t, false);
+  else
+    detach_here (ts, t);
+  t->service = NULL;
 }
 
 static void *
@@ -172,6 +252,8 @@ timer_service_free (struct timer_service *ts)
     pthread_join (ts->thread, NULL);
   }
   ev_loop_destroy (ts->loop);
+  pthread_cond_destroy (&ts->change_done);
+  pthread_mutex_destroy (&ts->change_lock);
   free (ts);
 }
 

@@ -33,7 +33,9 @@ struct unplug_timer {
 };
 
 struct timer_service *timer_service_new (void);
-/* Attach every timer before start: watchers join the loop there.
+/* Attaches a timer to the service, before or after start (a disk added
+ * in service: the loop's thread then starts its watchers while the
+ * caller waits).
  *
  * fire runs on the loop thread once deadline_ns has passed.  The timer
  * may have been re-armed for a newer plug between then and the moment
@@ -44,6 +46,11 @@ void unplug_timer_init (struct unplug_timer *,
                         void (*fire) (void *arg, uint64_t deadline_ns),
                         void *arg);
 int timer_service_attach (struct timer_service *, struct unplug_timer *);
+/* Takes the timer off its service (none: nothing to do), waiting for the
+ * loop's thread if it runs: once it returns no callback of the timer
+ * runs again, so its owner may be freed.  Nothing may arm it after.
+ */
+void timer_service_detach (struct unplug_timer *);
 int timer_service_start (struct timer_service *);
 /* Stops and joins the loop thread; frees the service. */
 void timer_service_free (struct timer_service *);

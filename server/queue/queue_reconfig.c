@@ -1,0 +1,122 @@
+/* plugq: a queue in service: its keys changed (set, reload) and its
+ * retirement (remove).
+ *
+ * The queue reads some of its keys only under its lock (unplug-delay=
+ * when it plugs, elevator= when it dispatches, queue-bytes= and
+ * queue-requests= when a write looks for room), so those change under
+ * the lock while clients write.  Every request reads the others before
+ * it takes the lock (ack= and write-expire= when it arrives, max-merge=,
+ * unplug-thresh= and bypass= when it decides whether to go around the
+ * queue or append to a stream): changing them under a running client
+ * would race with those reads, so they change only while no request can
+ * be in the queue (the caller guarantees it: no connection reaches the
+ * disk, and none can open meanwhile).
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "queue_internal.h"
+#include "session.h"
+
+void
+queue_config_snapshot (struct queue *q, struct queue_config *out)
+{
+  lock_acquire (&q->lock);
+  *out = q->cfg;
+  lock_release (&q->lock);
+}
+
+/* Under the lock, or while nobody else changes q->cfg. */
+static const char *
+unlocked_key (const struct queue_config *now, const struct queue_config *cfg)
+{
+  if (cfg->ack != now->ack)
+    return "ack";
+  if (cfg->bypass != now->bypass)
+    return "bypass";
+  if (cfg->max_merge != now->max_merge)
+    return "max-merge";
+  if (cfg->unplug_thresh != now->unplug_thresh)
+    return "unplug-thresh";
+  if (cfg->write_expire_ns != now->write_expire_ns)
+    return "write-expire";
+  return NULL;
+}
+
+const char *
+queue_config_unlocked_key (struct queue *q, const struct queue_config *cfg)
+{
+  struct queue_config now;
+
+  queue_config_snapshot (q, &now);
+  return unlocked_key (&now, cfg);
+}
+
+/* The elevator's contract: init and exit with no dispatch running, which
+ * the lock ensures (dispatches ask the elevator only under it).  The new
+ * one starts before the old one goes, so a failure keeps the old.
+ */
+static int
+swap_elevator (struct queue *q, const struct elevator_ops *e)
+{
+  struct elevator_state next = q->elevator;
+
+  queue_assert_locked (q);
+  next.private = NULL;
+  if (e->init && e->init (&next) == -1)
+    return -1;
+  if (q->cfg.elevator->exit)
+    q->cfg.elevator->exit (&q->elevator);
+  q->elevator = next;
+  q->cfg.elevator = e;
+  return 0;
+}
+
+int
+queue_set_config (struct queue *q, const struct queue_config *cfg,
+                  bool no_requests)
+{
+  lock_acquire (&q->lock);
+  if (!no_requests && unlocked_key (&q->cfg, cfg)) {
+    lock_release (&q->lock);
+    errno = EBUSY;
+    return -1;
+  }
+  if (cfg->elevator != q->cfg.elevator
+      && swap_elevator (q, cfg->elevator) == -1) {
+    log_error ("%s: elevator=%s cannot start; the disk keeps elevator=%s",
+               q->name, cfg->elevator->name, q->cfg.elevator->name);
+    lock_release (&q->lock);
+    return -1;
+  }
+  q->cfg.unplug_delay_ns = cfg->unplug_delay_ns;
+  q->cfg.queue_bytes = cfg->queue_bytes;
+  q->cfg.queue_requests = cfg->queue_requests;
+  if (no_requests) {
+    q->cfg.ack = cfg->ack;
+    q->cfg.bypass = cfg->bypass;
+    q->cfg.max_merge = cfg->max_merge;
+    q->cfg.unplug_thresh = cfg->unplug_thresh;
+    q->cfg.write_expire_ns = cfg->write_expire_ns;
+    queue_derive_settings (q);
+  }
+  /* A larger queue has room for a writer asleep waiting for it. */
+  room_pass_on (q);
+  lock_release (&q->lock);
+  return 0;
+}
+
+void
+queue_retire (struct queue *q)
+{
+  unsigned slot = q->index;
+
+  queue_stop (q);
+  /* After the drain: a draining queue still arms and cancels its timer. */
+  timer_service_detach (&q->timer);
+  queue_free (q);
+  session_release_queue (slot);
+}
