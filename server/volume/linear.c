@@ -6,13 +6,14 @@
  * distinct member once, all of them at the same time: each member's
  * dispatch thread does its own drain and backend flush while this thread
  * only waits.  A FUA request over several members flushes the members
- * it touched in the same way.  No lock of the volume exists: the table
- * never changes after configuration.
+ * it touched in the same way.  No lock of the volume exists: a table
+ * never changes once finished (growing a volume makes a new one).
  */
 #include <config.h>
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,7 @@ linear_alloc (const char *name, bool is_volume)
     free (l);
     return NULL;
   }
+  atomic_init (&l->refs, 1);
   l->is_volume = is_volume;
   return l;
 }
@@ -218,6 +220,15 @@ describe (struct linear *l)
   return 0;
 }
 
+static bool
+members_zero_fast (const struct linear *l)
+{
+  for (size_t i = 0; i < l->nr_members; i++)
+    if (!queue_backend (l->members[i])->can_fast_zero)
+      return false;
+  return true;
+}
+
 int
 linear_finish (struct linear *l)
 {
@@ -229,6 +240,7 @@ linear_finish (struct linear *l)
   if (collect_members (l) == -1)
     return -1;
   combine_limits (l);
+  l->can_fast_zero = members_zero_fast (l);
   return describe (l);
 }
 
@@ -242,6 +254,23 @@ linear_free (struct linear *l)
   free (l->rows);
   free (l->members);
   free (l);
+}
+
+void
+linear_hold (struct linear *l)
+{
+  if (l)
+    atomic_fetch_add_explicit (&l->refs, 1, memory_order_relaxed);
+}
+
+/* The last holder's release sees every other holder's use of the table
+ * done (acq_rel), so freeing it races with none.
+ */
+void
+linear_release (struct linear *l)
+{
+  if (l && atomic_fetch_sub_explicit (&l->refs, 1, memory_order_acq_rel) == 1)
+    linear_free (l);
 }
 
 /* ------------------------------------------------------------ mapping */
@@ -600,8 +629,5 @@ linear_flush (struct linear *l, struct session *s)
 int
 linear_can_fast_zero (const struct linear *l)
 {
-  for (size_t i = 0; i < l->nr_members; i++)
-    if (!queue_backend (l->members[i])->can_fast_zero)
-      return 0;
-  return 1;
+  return l->can_fast_zero;
 }

@@ -5,10 +5,17 @@
  * ranges of member disks.  Nested volumes are flattened when they are
  * defined, so a request is split once, straight into the members' own
  * queues, at member-relative offsets.  A volume has no queue of its own.
+ *
+ * A table never changes once finished.  Growing a volume makes a new
+ * table; a connection keeps the one it opened with (it holds a reference,
+ * linear_hold), so it keeps the size it was told.  Whoever holds a table
+ * keeps its member disks alive too (export.h says who).
  */
 #ifndef PLUGQ_LINEAR_H
 #define PLUGQ_LINEAR_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,6 +31,7 @@ struct linear_row {
 };
 
 struct linear {
+  _Atomic unsigned refs;        /* linear_hold, linear_release */
   char *name;                   /* the export's name */
   /* The export's description: a disk's backend and size, or a volume's
    * size and member disks.
@@ -36,6 +44,10 @@ struct linear {
   size_t nr_members;
   struct block_limits limits;   /* the strictest of the members' */
   bool is_volume;               /* defined by linear=, not a plain disk */
+  /* Every member zeroes fast: kept at linear_finish, so a connection can
+   * be answered without its members (which a removal may have closed).
+   */
+  bool can_fast_zero;
 };
 
 /* The export for one whole disk. */
@@ -51,7 +63,13 @@ int linear_append_linear (struct linear *, const struct linear *member,
                           uint64_t offset, uint64_t length);
 /* Computes members, limits and the description.  -1 if empty. */
 int linear_finish (struct linear *);
+/* Frees the table, whatever its references. */
 void linear_free (struct linear *);
+/* One more holder (a new table has one); the last release frees it.
+ * NULL is a no-op.
+ */
+void linear_hold (struct linear *);
+void linear_release (struct linear *);
 
 int linear_pread (struct linear *, void *buf, uint32_t count,
                   uint64_t offset);
