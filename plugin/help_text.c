@@ -121,6 +121,10 @@ static const struct key_help queue_help[] = {
   { "stats=<PATH>", "Keep a snapshot of every queue's counters." },
   { "stats-format=json|prometheus",
     "JSON (default) or Prometheus text for node_exporter." },
+  { "config=<FILE>", "More keys, one key=value per line (# comments)," },
+  { "", "read after the command line's; reload reads it again." },
+  { "control=<PATH>", "Unix socket for plugqctl: list, add, remove, set," },
+  { "", "grow, reload while serving (root or nbdkit's user)." },
 };
 
 static void

@@ -1,15 +1,22 @@
 /* plugq: an nbdkit plugin serving disks through per-disk plugged queues.
  *
  * This file is glue: nbdkit callbacks in, engine calls (server/) out.
- * Every export is a struct linear (a disk, or a volume of disks); every
- * connection gets a session so that latched write-back errors are
- * reported to each connection once.
+ * The configuration lives in the engine (config/config_live.h), which
+ * the command line, a config= file and the control socket all change
+ * through the same code.  A connection opens an export of the published
+ * table (volume/export_table.h) and keeps, in its handle, the export's
+ * table as it was (a struct linear: a disk, or a volume of disks) and a
+ * session, so that latched write-back errors reach each connection
+ * once.  Every request passes the export's gate (export_enter), which a
+ * removal closes.
  *
- * Lifecycle, following nbdkit 1.32's fork rules: .get_ready opens the
- * backends (errors still reach the terminal) but starts no thread, since
- * nbdkit forks after it; .after_fork starts the timer service, each disk's
- * dispatch thread and the stats writer; .cleanup drains every queue and
- * joins all of them.
+ * Lifecycle, following nbdkit 1.32's fork rules: .config keeps each key;
+ * .config_complete reads them with the config= file and checks them;
+ * .get_ready opens the backends (errors still reach the terminal) but
+ * starts no thread, since nbdkit forks after it; .after_fork starts the
+ * timer service, each disk's dispatch thread, the stats writer and the
+ * control thread; .cleanup stops the control thread, then drains every
+ * queue and joins the rest.
  */
 
 #include <config.h>
@@ -25,18 +32,19 @@
 #define NBDKIT_API_VERSION 2
 #include <nbdkit-plugin.h>
 
-#include "setup.h"
 #include "backends/backend_type.h"
-#include "elevator/elevator.h"
-#include "common/extents.h"
-#include "help_text.h"
 #include "buffers/heap_tuning.h"
-#include "volume/linear.h"
+#include "common/extents.h"
 #include "common/log.h"
+#include "config/config_live.h"
+#include "control/control_server.h"
+#include "control/control_socket.h"
+#include "elevator/elevator.h"
+#include "help_text.h"
 #include "queue/queue.h"
-#include "queue/session.h"
-#include "stats/stats_file.h"
-#include "queue/timer_service.h"
+#include "volume/export.h"
+#include "volume/export_table.h"
+#include "volume/linear.h"
 
 /* The engine passes extent types through unchanged. */
 _Static_assert (EXTENT_HOLE == NBDKIT_EXTENT_HOLE, "extent hole bit");
@@ -45,10 +53,8 @@ _Static_assert (EXTENT_ZERO == NBDKIT_EXTENT_ZERO, "extent zero bit");
 /* -D plugq.queue=1 logs every plug and unplug. */
 NBDKIT_DLL_PUBLIC int plugq_debug_queue = 0;
 
-static struct plugq_setup setup;         /* built in get_ready */
-static struct timer_service *timers;     /* after_fork .. cleanup */
-static size_t nr_started;                /* queues started so far */
-static struct stats_file *stats_writer;  /* NULL without stats= */
+static struct live_config *live;          /* from the first .config */
+static struct control_server *control;   /* NULL without control= */
 
 /* ---------------------------------------------------------------- log */
 
@@ -125,16 +131,37 @@ plugq_unload (void)
 
 /* ---------------------------------------------------------------- config */
 
+/* Made at the first key (or at .config_complete without any). */
 static int
-plugq_config (const char *key, const char *value)
+live_exists (void)
 {
-  return plugq_config_key (key, value);
+  if (live == NULL && (live = live_config_new ()) == NULL) {
+    nbdkit_error ("out of memory");
+    return -1;
+  }
+  return 0;
 }
 
 static int
-plugq_config_complete_cb (void)
+plugq_config (const char *key, const char *value)
 {
-  return plugq_config_complete ();
+  if (live_exists () == -1)
+    return -1;
+  return live_config_arg (live, key, value);
+}
+
+/* The control socket's path is checked now, while errors still reach
+ * the terminal; it is made after the fork, as the user nbdkit serves as.
+ */
+static int
+plugq_config_complete (void)
+{
+  if (live_exists () == -1 || live_config_complete (live) == -1)
+    return -1;
+  if (live->config.control_path
+      && control_socket_check (live->config.control_path) == -1)
+    return -1;
+  return 0;
 }
 
 /* The names come from the tables, so scripts see every backend and
@@ -182,157 +209,120 @@ static int
 plugq_get_ready (void)
 {
   log_queue_events = plugq_debug_queue != 0;
-  return plugq_config_build (&setup);
+  return live_config_build (live);
 }
 
 static int
 plugq_after_fork (void)
 {
-  timers = timer_service_new ();
-  if (timers == NULL) {
-    nbdkit_error ("cannot create the timer service");
+  if (live_config_start (live) == -1)
     return -1;
-  }
-  /* Each queue attaches its unplug timer here; the loop starts after. */
-  for (nr_started = 0; nr_started < setup.nr_disks; nr_started++) {
-    if (queue_start (setup.disks[nr_started], timers) == -1) {
-      nbdkit_error ("disk %s: cannot start its queue",
-                    queue_name (setup.disks[nr_started]));
+  if (live->config.control_path) {
+    control = control_server_start (live->config.control_path, live);
+    if (control == NULL)
       return -1;
-    }
-  }
-  if (timer_service_start (timers) == -1) {
-    nbdkit_error ("cannot start the timer service");
-    return -1;
-  }
-  if (setup.stats_path) {
-    stats_writer = stats_file_start (setup.stats_path, setup.stats_format,
-                                     setup.stats_interval_ns,
-                                     setup.disks, setup.nr_disks,
-                                     setup.exports, setup.nr_exports);
-    if (stats_writer == NULL) {
-      nbdkit_error ("stats=%s: cannot start the stats writer",
-                    setup.stats_path);
-      return -1;
-    }
   }
   return 0;
 }
 
-/* All connections are closed when this runs.  Queues drain first while
- * the stats writer still runs, so its final write (at stop) shows the
- * drained queues and the drain unplugs; the timer loop goes last since a
- * draining queue may still arm or cancel its timer.
+/* All connections are closed when this runs.  No command may change the
+ * configuration while it goes: the control thread stops first.
  */
 static void
 plugq_cleanup (void)
 {
-  size_t i;
-
-  for (i = 0; i < nr_started; i++)
-    if (queue_stop (setup.disks[i]) == -1)
-      final_write_out_failed = true;
-  nr_started = 0;
-  if (stats_writer) {
-    stats_file_stop (stats_writer);
-    stats_writer = NULL;
-  }
-  if (timers) {
-    timer_service_free (timers);
-    timers = NULL;
-  }
-  plugq_config_free (&setup);
+  control_server_stop (control);
+  control = NULL;
+  if (live_config_free (live) == -1)
+    final_write_out_failed = true;
+  live = NULL;
 }
 
 /* ---------------------------------------------------------------- exports */
 
+/* The exports of the table published now. */
 static int
 plugq_list_exports (int readonly, int is_tls, struct nbdkit_exports *exports)
 {
-  size_t i;
+  struct export_table *t = registry_table (live->registry);
+  int r = 0;
 
-  for (i = 0; i < setup.nr_exports; i++)
-    if (nbdkit_add_export (exports, setup.exports[i]->name,
-                           setup.exports[i]->description) == -1)
-      return -1;
-  return 0;
+  for (size_t i = 0; i < t->nr_exports && r == 0; i++)
+    r = nbdkit_add_export (exports, t->exports[i]->name,
+                           t->versions[i]->description);
+  export_table_release (t);
+  return r;
 }
 
+/* Interned: the export may be removed before nbdkit is done with it. */
 static const char *
 plugq_default_export (int readonly, int is_tls)
 {
-  return setup.default_export->name;
+  struct export_table *t = registry_table (live->registry);
+  const char *name = t->default_export
+    ? nbdkit_strdup_intern (t->default_export->name) : NULL;
+
+  export_table_release (t);
+  return name;
 }
 
-struct handle {
-  struct linear *export;
-  struct session *session;
-};
-
+/* The handle is the engine's: the export, its table as it is now, and
+ * the connection's session.
+ */
 static void *
 plugq_open (int readonly)
 {
   const char *name = nbdkit_export_name ();
-  struct linear *export;
-  struct handle *h;
+  struct export_handle *h;
 
   /* Looked up in the table, never turned into a path. */
-  export = plugq_setup_lookup (&setup, name);
-  if (export == NULL) {
+  h = registry_open (live->registry, name);
+  if (h == NULL && errno == ENOENT)
     nbdkit_error ("unknown export '%s'", name ? name : "");
-    return NULL;
-  }
-  h = malloc (sizeof *h);
-  if (h == NULL) {
-    nbdkit_error ("malloc: %m");
-    return NULL;
-  }
-  h->export = export;
-  h->session = session_new ();
-  if (h->session == NULL) {
-    nbdkit_error ("session_new: %m");
-    free (h);
-    return NULL;
-  }
+  else if (h == NULL && errno == ESHUTDOWN)
+    nbdkit_error ("export '%s' is being removed: new connections are "
+                  "refused", name);
+  else if (h == NULL)
+    nbdkit_error ("export '%s': %m", name ? name : "");
   return h;
 }
 
 static void
 plugq_close (void *handle)
 {
-  struct handle *h = handle;
-
-  session_free (h->session);
-  free (h);
+  registry_close (live->registry, handle);
 }
 
 #define THREAD_MODEL NBDKIT_THREAD_MODEL_PARALLEL
 
+/* What a connection is told comes from its table: a volume grown since
+ * it opened keeps, for it, the size it was told.
+ */
 static const char *
 plugq_export_description (void *handle)
 {
-  struct handle *h = handle;
+  struct export_handle *h = handle;
 
-  return h->export->description;
+  return h->version->description;
 }
 
 static int64_t
 plugq_get_size (void *handle)
 {
-  struct handle *h = handle;
+  struct export_handle *h = handle;
 
-  return h->export->size;
+  return h->version->size;
 }
 
 static int
 plugq_block_size (void *handle,
                   uint32_t *minimum, uint32_t *preferred, uint32_t *maximum)
 {
-  struct handle *h = handle;
+  struct export_handle *h = handle;
 
-  *minimum = h->export->limits.minimum;
-  *preferred = h->export->limits.preferred;
-  *maximum = h->export->limits.maximum;
+  *minimum = h->version->limits.minimum;
+  *preferred = h->version->limits.preferred;
+  *maximum = h->version->limits.maximum;
   return 0;
 }
 
@@ -369,9 +359,9 @@ plugq_can_zero (void *handle)
 static int
 plugq_can_fast_zero (void *handle)
 {
-  struct handle *h = handle;
+  struct export_handle *h = handle;
 
-  return linear_can_fast_zero (h->export);
+  return linear_can_fast_zero (h->version);
 }
 
 /* The queue makes FUA requests durable itself (and keeps an older queued
@@ -422,51 +412,78 @@ req_flags (uint32_t flags, uint32_t allowed)
   return req;
 }
 
+/* Each request passes the export's gate; a closed one answers with its
+ * removal's verdict (export.h).  export_leave keeps errno.
+ */
 static int
 plugq_pread (void *handle, void *buf, uint32_t count, uint64_t offset,
              uint32_t flags)
 {
-  struct handle *h = handle;
+  struct export_handle *h = handle;
+  int r;
 
-  return linear_pread (h->export, buf, count, offset);
+  if (!export_enter (h))
+    return export_refused (h);
+  r = linear_pread (h->version, buf, count, offset);
+  export_leave (h);
+  return r;
 }
 
 static int
 plugq_pwrite (void *handle, const void *buf, uint32_t count, uint64_t offset,
               uint32_t flags)
 {
-  struct handle *h = handle;
+  struct export_handle *h = handle;
+  int r;
 
-  return linear_pwrite (h->export, h->session, buf, count, offset,
-                        req_flags (flags, NBDKIT_FLAG_FUA));
+  if (!export_enter (h))
+    return export_refused (h);
+  r = linear_pwrite (h->version, h->session, buf, count, offset,
+                     req_flags (flags, NBDKIT_FLAG_FUA));
+  export_leave (h);
+  return r;
 }
 
 static int
 plugq_zero (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
 {
-  struct handle *h = handle;
+  struct export_handle *h = handle;
+  int r;
 
-  return linear_zero (h->export, h->session, count, offset,
-                      req_flags (flags, NBDKIT_FLAG_FUA
-                                 | NBDKIT_FLAG_MAY_TRIM
-                                 | NBDKIT_FLAG_FAST_ZERO));
+  if (!export_enter (h))
+    return export_refused (h);
+  r = linear_zero (h->version, h->session, count, offset,
+                   req_flags (flags, NBDKIT_FLAG_FUA | NBDKIT_FLAG_MAY_TRIM
+                              | NBDKIT_FLAG_FAST_ZERO));
+  export_leave (h);
+  return r;
 }
 
 static int
 plugq_trim (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
 {
-  struct handle *h = handle;
+  struct export_handle *h = handle;
+  int r;
 
-  return linear_trim (h->export, h->session, count, offset,
-                      req_flags (flags, NBDKIT_FLAG_FUA));
+  if (!export_enter (h))
+    return export_refused (h);
+  r = linear_trim (h->version, h->session, count, offset,
+                   req_flags (flags, NBDKIT_FLAG_FUA));
+  export_leave (h);
+  return r;
 }
 
 static int
 plugq_flush (void *handle, uint32_t flags)
 {
-  struct handle *h = handle;
+  struct export_handle *h = handle;
+  int r;
 
-  return linear_flush (h->export, h->session);
+  if (!export_enter (h))
+    return export_refused (h);
+  r = linear_flush (h->version, h->session);
+  export_leave (h);
+  return r;
 }
 
 /* The engine's extents start at or before offset (the ones before it
@@ -477,16 +494,20 @@ static int
 plugq_extents (void *handle, uint32_t count, uint64_t offset,
                uint32_t flags, struct nbdkit_extents *extents)
 {
-  struct handle *h = handle;
+  struct export_handle *h = handle;
   struct extent_list list;
   bool req_one = flags & NBDKIT_FLAG_REQ_ONE;
   bool covered = false;
   uint64_t end = offset;
   size_t i;
-  int r = -1;
+  int r = -1, got;
 
+  if (!export_enter (h))
+    return export_refused (h);
   extent_list_init (&list);
-  if (linear_extents (h->export, count, offset, &list) == -1)
+  got = linear_extents (h->version, count, offset, &list);
+  export_leave (h);
+  if (got == -1)
     goto out;
   for (i = 0; i < list.len; i++) {
     const struct extent *e = &list.v[i];
@@ -513,14 +534,19 @@ plugq_extents (void *handle, uint32_t count, uint64_t offset,
 static int
 plugq_cache (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
 {
-  struct handle *h = handle;
+  struct export_handle *h = handle;
+  int r;
 
   if (flags != 0) {
     nbdkit_error ("cache: unknown flags 0x%" PRIx32, flags);
     errno = EINVAL;
     return -1;
   }
-  return linear_cache (h->export, count, offset);
+  if (!export_enter (h))
+    return export_refused (h);
+  r = linear_cache (h->version, count, offset);
+  export_leave (h);
+  return r;
 }
 
 /* ---------------------------------------------------------------- plugin */
@@ -538,7 +564,7 @@ static struct nbdkit_plugin plugin = {
   .load               = plugq_load,
   .unload             = plugq_unload,
   .config             = plugq_config,
-  .config_complete    = plugq_config_complete_cb,
+  .config_complete    = plugq_config_complete,
   .config_help        = plugq_config_help,
   .dump_plugin        = plugq_dump_plugin,
   .get_ready          = plugq_get_ready,

@@ -32,10 +32,7 @@ struct stats_file {
   char *path;
   enum stats_format format;
   uint64_t interval_ns;
-  struct queue **disks;
-  size_t nr_disks;
-  struct linear **exports;
-  size_t nr_exports;
+  struct stats_source source;
   uint64_t start_ns;            /* CLOCK_MONOTONIC, for "uptime" */
 
   pthread_t thread;
@@ -181,17 +178,19 @@ disk_json (struct queue *q)
 {
   const struct backend *b = queue_backend (q);
   struct queue_stats st;
+  struct queue_config qc;
   json_t *o = json_object ();
   size_t i;
 
   queue_stats_snapshot (q, &st);
+  queue_config_snapshot (q, &qc);   /* set may change it meanwhile */
   if (o == NULL
       || set (o, "name", json_string (queue_name (q))) == -1
       || set (o, "backend", json_string (b->description
                                          ? b->description
                                          : b->ops->kind)) == -1
       || set (o, "size", num (b->size)) == -1
-      || set (o, "config", config_json (queue_get_config (q))) == -1)
+      || set (o, "config", config_json (&qc)) == -1)
     goto fail;
   for (i = 0; i < OP_KINDS; i++)
     if (set (o, op_kind_names[i], op_json (&st.op[i])) == -1)
@@ -363,14 +362,22 @@ replace_snapshot (struct stats_file *sf, const char *text, const char *tail,
   return replace_file (sf->path, 0644, parts, 2, what);
 }
 
+/* The disks and volumes in service now. */
 static char *
 render (const struct stats_file *sf, double uptime)
 {
+  struct stats_listing l;
+  char *text;
+
+  sf->source.take (sf->source.arg, &l);
   if (sf->format == STATS_FORMAT_PROMETHEUS)
-    return stats_prometheus_render (sf->disks, sf->nr_disks, sf->exports,
-                                    sf->nr_exports, uptime);
-  return stats_file_render (sf->disks, sf->nr_disks, sf->exports,
-                            sf->nr_exports, uptime);
+    text = stats_prometheus_render (l.disks, l.nr_disks, l.exports,
+                                    l.nr_exports, uptime);
+  else
+    text = stats_file_render (l.disks, l.nr_disks, l.exports, l.nr_exports,
+                              uptime);
+  sf->source.release (sf->source.arg, &l);
+  return text;
 }
 
 int
@@ -443,9 +450,7 @@ free_stats_file (struct stats_file *sf)
 
 struct stats_file *
 stats_file_start (const char *path, enum stats_format format,
-                  uint64_t interval_ns,
-                  struct queue **disks, size_t nr_disks,
-                  struct linear **exports, size_t nr_exports)
+                  uint64_t interval_ns, const struct stats_source *source)
 {
   struct stats_file *sf;
   int err;
@@ -460,10 +465,7 @@ stats_file_start (const char *path, enum stats_format format,
   }
   sf->format = format;
   sf->interval_ns = interval_ns > 0 ? interval_ns : 1000000000;
-  sf->disks = disks;
-  sf->nr_disks = nr_disks;
-  sf->exports = exports;
-  sf->nr_exports = nr_exports;
+  sf->source = *source;
   sf->start_ns = monotonic_ns ();
 
   lock_init (&sf->lock);

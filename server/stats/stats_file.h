@@ -29,15 +29,32 @@ enum stats_format {
   STATS_FORMAT_PROMETHEUS,
 };
 
-/* disks and exports are borrowed: they must outlive the writer.  The
- * first snapshot is written at once.  NULL with errno set (and logged)
- * if the thread cannot start.
+/* What one snapshot lists. */
+struct stats_listing {
+  struct queue **disks;
+  size_t nr_disks;
+  struct linear **exports;      /* the volumes among them are listed */
+  size_t nr_exports;
+  void *token;                  /* the source's own */
+};
+
+/* Where the writer finds the disks and volumes to list: taken afresh for
+ * each snapshot and released after it, so that disks added and removed
+ * while the server runs come and go in the file.  What take gives stays
+ * valid until its release.
+ */
+struct stats_source {
+  void (*take) (void *arg, struct stats_listing *);
+  void (*release) (void *arg, struct stats_listing *);
+  void *arg;
+};
+
+/* The first snapshot is written at once.  NULL with errno set (and
+ * logged) if the thread cannot start.
  */
 struct stats_file *stats_file_start (const char *path, enum stats_format,
                                      uint64_t interval_ns,
-                                     struct queue **disks, size_t nr_disks,
-                                     struct linear **exports,
-                                     size_t nr_exports);
+                                     const struct stats_source *);
 
 /* Writes a snapshot now, from any thread.  0 or -1 with errno set. */
 int stats_file_write_now (struct stats_file *);

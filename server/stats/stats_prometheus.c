@@ -28,7 +28,8 @@ struct disk_view {
   const char *name;
   const char *backend;
   uint64_t size;
-  const struct queue_config *cfg;
+  const struct queue_config *cfg;   /* &cfg_copy */
+  struct queue_config cfg_copy;
   struct queue_stats st;
 };
 
@@ -399,7 +400,8 @@ take_views (struct disk_view *dv, struct queue **disks, size_t n)
     dv[i].name = queue_name (disks[i]);
     dv[i].backend = b->description ? b->description : b->ops->kind;
     dv[i].size = b->size;
-    dv[i].cfg = queue_get_config (disks[i]);
+    queue_config_snapshot (disks[i], &dv[i].cfg_copy); /* set changes it */
+    dv[i].cfg = &dv[i].cfg_copy;
     queue_stats_snapshot (disks[i], &dv[i].st);
   }
 }

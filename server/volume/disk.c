@@ -46,8 +46,8 @@ disk_start (struct disk *d, struct timer_service *ts)
   return 0;
 }
 
-void
+int
 disk_drain (struct disk *d)
 {
-  queue_stop (d->queue);
+  return queue_stop (d->queue);
 }

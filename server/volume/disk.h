@@ -41,7 +41,8 @@ int disk_start (struct disk *, struct timer_service *);
 
 /* Drains and stops the queue now, keeping it (the server's last
  * snapshot of counters comes after); its retirement stops nothing more.
+ * 0, or -1 when answered data may be lost (queue_stop).
  */
-void disk_drain (struct disk *);
+int disk_drain (struct disk *);
 
 #endif /* PLUGQ_DISK_H */

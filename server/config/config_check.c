@@ -1,7 +1,6 @@
-/* plugq: the checks that need the whole command line (nbdkit
- * .config_complete): every disk has a backend and only its keys, volume
- * members exist (they may be defined after the volume) and form no
- * cycle, the default export exists, stats= can be written.
+/* plugq: the checks that need a whole configuration (config_check.h):
+ * at startup (nbdkit .config_complete), for what an `add` defines and
+ * for what a `reload` reads.
  */
 
 #include <config.h>
@@ -11,12 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#define NBDKIT_API_VERSION 2
-#include <nbdkit-plugin.h>
-
 #include "backends/backend_type.h"
-#include "config_entries.h"
-#include "setup.h"
+#include "common/log.h"
+#include "config_check.h"
 
 /* With no disk and no volume at all, one 1 GiB memory disk, so that a
  * bare "nbdkit plugq" serves something.
@@ -63,33 +59,43 @@ check_disk (const struct entry *d)
 
   if (d->backend == NULL) {
     backend_choices (choices, sizeof choices);
-    nbdkit_error ("disk=%s: no backend: give %s after it", d->name,
-                  choices);
+    log_error ("disk=%s: no backend: give %s after it", d->name,
+               choices);
     return -1;
   }
   for (i = 0; (t = backend_type_at (i)) != NULL; i++) {
     db = find_backend (d, t);
     if (t != d->backend && db && db->further_key) {
-      nbdkit_error ("disk=%s: %s= is only for %s %s= backend",
-                    d->name, db->further_key, t->article, t->name);
+      log_error ("disk=%s: %s= is only for %s %s= backend",
+                 d->name, db->further_key, t->article, t->name);
       return -1;
     }
   }
   return 0;
 }
 
+const char *
+config_entry_context (const struct entry *e)
+{
+  const char *outer = log_get_context ();
+
+  if (e->origin)
+    log_set_context (e->origin);
+  return outer;
+}
+
 static int
-resolve_members (struct entry *v)
+resolve_members (const struct config *c, struct entry *v)
 {
   size_t i;
 
   for (i = 0; i < v->nr_members; i++) {
     struct member *m = &v->members[i];
 
-    m->target = config_find_entry (m->name);
+    m->target = config_find_entry (c, m->name);
     if (m->target == NULL) {
-      nbdkit_error ("linear=%s: unknown member '%s' (no disk= or linear= "
-                    "of that name)", v->spec, m->name);
+      log_error ("linear=%s: unknown member '%s' (no disk= or linear= "
+                 "of that name)", v->spec, m->name);
       return -1;
     }
   }
@@ -117,7 +123,7 @@ find_cycles (struct entry *v, struct entry **stack, size_t depth)
       strncat (path, " -> ", sizeof path - strlen (path) - 1);
     }
     strncat (path, v->name, sizeof path - strlen (path) - 1);
-    nbdkit_error ("linear=%s: cycle in volume members: %s", v->spec, path);
+    log_error ("linear=%s: cycle in volume members: %s", v->spec, path);
     return -1;
   }
 
@@ -133,21 +139,48 @@ find_cycles (struct entry *v, struct entry **stack, size_t depth)
   return 0;
 }
 
+static size_t
+count_all (const struct config *c)
+{
+  size_t n = 0;
+
+  for (; c; c = c->base)
+    n += c->nr_entries;
+  return n;
+}
+
+static void
+clear_visits (const struct config *c)
+{
+  for (; c; c = c->base)
+    for (size_t i = 0; i < c->nr_entries; i++)
+      c->entries[i]->visit = UNVISITED;
+}
+
+/* The base's volumes were checked when they were defined, and none of
+ * them can name an entry of c: a cycle can only pass through c's.
+ */
 static int
-check_volumes (void)
+check_volumes (struct config *c)
 {
   struct entry **stack;
   size_t i;
   int r = 0;
 
-  stack = calloc (config.nr_entries, sizeof *stack);
+  stack = calloc (count_all (c) + 1, sizeof *stack);
   if (stack == NULL) {
-    nbdkit_error ("calloc: %m");
+    log_error ("calloc: %m");
     return -1;
   }
-  for (i = 0; i < config.nr_entries && r == 0; i++)
-    if (config.entries[i]->kind == ENTRY_VOLUME)
-      r = find_cycles (config.entries[i], stack, 0);
+  clear_visits (c);
+  for (i = 0; i < c->nr_entries && r == 0; i++)
+    if (c->entries[i]->kind == ENTRY_VOLUME) {
+      const char *outer = config_entry_context (c->entries[i]);
+
+      r = find_cycles (c->entries[i], stack, 0);
+      log_set_context (outer);
+    }
+  clear_visits (c);
   free (stack);
   return r;
 }
@@ -156,14 +189,14 @@ check_volumes (void)
  * the log: check now that its directory takes the file.
  */
 static int
-check_stats_dir (void)
+check_stats_dir (const struct config *c)
 {
-  char *dir = strdup (config.stats_path);
+  char *dir = strdup (c->stats_path);
   char *slash;
   int r = 0;
 
   if (dir == NULL) {
-    nbdkit_error ("strdup: %m");
+    log_error ("strdup: %m");
     return -1;
   }
   slash = strrchr (dir, '/');   /* absolute, so there is one */
@@ -172,56 +205,62 @@ check_stats_dir (void)
   else if (slash)
     *slash = '\0';
   if (access (dir, W_OK | X_OK) == -1) {
-    nbdkit_error ("stats=%s: directory %s: %m", config.stats_path, dir);
+    log_error ("stats=%s: directory %s: %m", c->stats_path, dir);
     r = -1;
   }
   free (dir);
   return r;
 }
 
-static int
-add_default_disk (void)
+int
+config_add_default_disk (struct config *c)
 {
   const struct backend_type *t = backend_type_by_name (DEFAULT_DISK_BACKEND);
   struct disk_backend *db;
   struct entry *d;
 
+  if (c->nr_entries > 0)
+    return 0;
   if (t == NULL)
     abort ();                   /* the table lost the memory backend */
-  d = config_new_entry ("disk", DEFAULT_DISK_NAME, ENTRY_DISK,
-                        DEFAULT_DISK_NAME, strlen (DEFAULT_DISK_NAME));
+  d = config_new_entry (c, "disk", DEFAULT_DISK_NAME, ENTRY_DISK,
+                        DEFAULT_DISK_NAME, strlen (DEFAULT_DISK_NAME), NULL);
   if (d == NULL || (db = config_disk_backend (d, t)) == NULL
-      || t->start (db->args, d->name, DEFAULT_DISK_VALUE) == -1)
+      || t->start (db->args, d->name, DEFAULT_DISK_VALUE) == -1
+      || config_note_backend_key (d, t->name, DEFAULT_DISK_VALUE) == -1)
     return -1;
   d->backend = t;
   return 0;
 }
 
-int
-plugq_config_complete (void)
+static int
+check_entry (const struct config *c, struct entry *e)
 {
-  size_t i;
+  const char *outer = config_entry_context (e);
+  int r = e->kind == ENTRY_DISK ? check_disk (e) : resolve_members (c, e);
 
-  config_init ();
-  if (config.nr_entries == 0 && add_default_disk () == -1)
-    return -1;
+  log_set_context (outer);
+  return r;
+}
 
-  for (i = 0; i < config.nr_entries; i++) {
-    struct entry *e = config.entries[i];
-
-    if (e->kind == ENTRY_DISK && check_disk (e) == -1)
+int
+config_check_entries (struct config *c)
+{
+  for (size_t i = 0; i < c->nr_entries; i++)
+    if (check_entry (c, c->entries[i]) == -1)
       return -1;
-    if (e->kind == ENTRY_VOLUME && resolve_members (e) == -1)
-      return -1;
-  }
-  if (check_volumes () == -1)
+  return check_volumes (c);
+}
+
+int
+config_check_settings (const struct config *c)
+{
+  if (c->stats_path && check_stats_dir (c) == -1)
     return -1;
-  if (config.stats_path && check_stats_dir () == -1)
-    return -1;
-  if (config.default_export_name
-      && config_find_entry (config.default_export_name) == NULL) {
-    nbdkit_error ("default-export=%s: no disk or volume of that name",
-                  config.default_export_name);
+  if (c->default_export_name
+      && config_find_entry (c, c->default_export_name) == NULL) {
+    log_error ("default-export=%s: no disk or volume of that name",
+               c->default_export_name);
     return -1;
   }
   return 0;
