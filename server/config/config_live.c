@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "common/size_format.h"
 #include "config_build.h"
 #include "config_change.h"
 #include "config_check.h"
@@ -215,16 +214,17 @@ state_of (struct export *e)
   }
 }
 
-/* One line of list: NAME KIND SIZE CLIENTS STATE BACKEND. */
+/* One line of list: NAME KIND BYTES CLIENTS STATE DESCRIPTION (which
+ * says the size in words, and the backend or the members).
+ */
 static void
 list_line (live_output out, void *arg, struct export *e, const char *state)
 {
   struct linear *v = export_version (e);
-  char size[32], *line;
+  char *line;
 
-  format_size (size, sizeof size, v->size);
-  if (asprintf (&line, "%-16s %-6s %14" PRIu64 " %-10s %7u %-8s %s",
-                e->name, e->is_volume ? "volume" : "disk", v->size, size,
+  if (asprintf (&line, "%-16s %-6s %14" PRIu64 " %7u %-8s %s",
+                e->name, e->is_volume ? "volume" : "disk", v->size,
                 export_clients (e), state, v->description) != -1) {
     out (arg, line);
     free (line);
@@ -252,9 +252,8 @@ live_list (struct live_config *l, live_output out, void *arg)
   struct draining_out d = { out, arg };
   char *header;
 
-  if (asprintf (&header, "%-16s %-6s %14s %-10s %7s %-8s %s", "NAME",
-                "KIND", "BYTES", "SIZE", "CLIENTS", "STATE",
-                "DESCRIPTION") != -1) {
+  if (asprintf (&header, "%-16s %-6s %14s %7s %-8s %s", "NAME", "KIND",
+                "BYTES", "CLIENTS", "STATE", "DESCRIPTION") != -1) {
     out (arg, header);
     free (header);
   }

@@ -114,6 +114,25 @@ send_all (int fd, const char *text, size_t len)
   }
 }
 
+/* After the answer: the client may still be sending (a line too long, a
+ * refused peer's command).  Closing with its bytes unread would reset
+ * the connection, and it would lose the answer; so the server stops
+ * writing and reads to the end (bounded by the timeout and a megabyte).
+ */
+static void
+finish_client (int fd)
+{
+  char sink[4096];
+  size_t total = 0;
+  ssize_t r;
+
+  shutdown (fd, SHUT_WR);
+  while (total < 1024 * 1024
+         && ((r = recv (fd, sink, sizeof sink, 0)) > 0
+             || (r == -1 && errno == EINTR)))
+    total += r > 0 ? (size_t) r : 0;
+}
+
 static void
 serve_client (struct control_server *cs, int fd)
 {
@@ -139,6 +158,7 @@ serve_client (struct control_server *cs, int fd)
     control_run (cs->live, buf, fp);
   if (fclose (fp) == 0)
     send_all (fd, answer, answer_len);
+  finish_client (fd);
   free (answer);
   free (buf);
 }
