@@ -84,7 +84,7 @@ config_build_disk (struct entry *d)
   return r;
 }
 
-/* ---------------------------------------------------------------- disk sets */
+/* --------------------------------------------------------------- disk sets */
 
 struct disk_set {
   struct disk **v;

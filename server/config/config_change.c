@@ -210,7 +210,7 @@ unbuild_added (struct config_plan *p)
   }
 }
 
-/* ---------------------------------------------------------------- the table */
+/* --------------------------------------------------------------- the table */
 
 static int
 add_to_table (struct change *c, const char *name, void *arg)
@@ -260,13 +260,10 @@ check_removals (struct config_plan *p)
     unsigned n = export_clients (e->export);
 
     if (n > 0) {
-      const char *outer = p->replace_all
-        ? log_get_context () : config_entry_context (e);
-
+      /* No FILE:LINE: a reload removes what the file no longer has. */
       log_error ("%s=%s: cannot remove it: %u client%s connected (remove "
                  "--drain or --force refuses them)", config_kind_key (e->kind),
                  e->name, n, n == 1 ? " is" : "s are");
-      log_set_context (outer);
       return -1;
     }
   }

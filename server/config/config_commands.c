@@ -6,12 +6,12 @@
 #include <config.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <fcntl.h>
 
 #include "common/log.h"
 #include "config_change.h"
@@ -22,7 +22,7 @@
 #include "config_live.h"
 #include "queue/queue_keys.h"
 
-/* ---------------------------------------------------------------- directory */
+/* --------------------------------------------------------------- directory */
 
 /* Relative paths in configuration keys are read from the directory
  * nbdkit started in, as at startup, though nbdkit (daemonized) has moved

@@ -85,7 +85,7 @@ config_plan_free (struct config_plan *p)
   memset (p, 0, sizeof *p);
 }
 
-/* ---------------------------------------------------------------- comparing */
+/* --------------------------------------------------------------- comparing */
 
 bool
 queue_config_equal (const struct queue_config *a,
@@ -258,7 +258,8 @@ reaches_replaced (const struct config *want, const struct config_plan *p,
 
     if (planned (p->remove, p->nr_remove, name))
       return true;
-    if (m && m->kind == ENTRY_VOLUME && reaches_replaced (want, p, m, depth + 1))
+    if (m && m->kind == ENTRY_VOLUME
+        && reaches_replaced (want, p, m, depth + 1))
       return true;
   }
   return false;

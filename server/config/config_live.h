@@ -77,7 +77,7 @@ int live_config_start (struct live_config *);
  */
 int live_config_free (struct live_config *);
 
-/* ---------------------------------------------------------------- in service */
+/* -------------------------------------------------------------- in service */
 
 /* Each returns 0, or -1 after log_error with nothing changed (unless
  * the message says otherwise: a removal whose last flush failed is

@@ -163,7 +163,7 @@ serve_client (struct control_server *cs, int fd)
   free (buf);
 }
 
-/* ---------------------------------------------------------------- the thread */
+/* -------------------------------------------------------------- the thread */
 
 static void *
 server_thread (void *arg)

@@ -412,7 +412,8 @@ test_grown_version (void)
   struct test_backend *tb1, *tb2;
   struct disk *d1 = test_disk ("m1", 64 * KiB, &tb1, &cfg);
   struct disk *d2 = test_disk ("m2", 32 * KiB, &tb2, &cfg);
-  struct linear *v1 = linear_new_volume ("vol"), *v2 = linear_new_volume ("vol");
+  struct linear *v1 = linear_new_volume ("vol");
+  struct linear *v2 = linear_new_volume ("vol");
   struct disk **both = calloc (2, sizeof *both);
   struct export *e = NULL;
   struct export_handle *old = NULL, *new = NULL;
