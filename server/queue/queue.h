@@ -111,8 +111,8 @@ void queue_config_snapshot (struct queue *, struct queue_config *);
 
 /* The first key whose value differs between the queue's keys and cfg
  * among those every request reads without the queue's lock (ack=,
- * bypass=, max-merge=, unplug-thresh=, write-expire=), by its name
- * ("ack"); NULL if none does.
+ * bypass=, max-merge=, unplug-thresh=, write-expire=, read-target=), by
+ * its name ("ack"); NULL if none does.
  */
 const char *queue_config_unlocked_key (struct queue *,
                                        const struct queue_config *cfg);

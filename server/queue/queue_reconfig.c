@@ -7,10 +7,11 @@
  * the lock while clients write.  Every request reads the others before
  * it takes the lock (ack= and write-expire= when it arrives, max-merge=,
  * unplug-thresh= and bypass= when it decides whether to go around the
- * queue or append to a stream): changing them under a running client
- * would race with those reads, so they change only while no request can
- * be in the queue (the caller guarantees it: no connection reaches the
- * disk, and none can open meanwhile).
+ * queue or append to a stream, read-target= when a read counts itself):
+ * changing them under a running client would race with those reads, so
+ * they change only while no request can be in the queue (the caller
+ * guarantees it: no connection reaches the disk, and none can open
+ * meanwhile).
  */
 #include <config.h>
 
@@ -43,6 +44,8 @@ unlocked_key (const struct queue_config *now, const struct queue_config *cfg)
     return "unplug-thresh";
   if (cfg->write_expire_ns != now->write_expire_ns)
     return "write-expire";
+  if (cfg->read_target_ns != now->read_target_ns)
+    return "read-target";       /* each read looks at it, lock-free */
   return NULL;
 }
 
@@ -56,21 +59,28 @@ queue_config_unlocked_key (struct queue *q, const struct queue_config *cfg)
 }
 
 /* The elevator's contract: init and exit with no dispatch running, which
- * the lock ensures (dispatches ask the elevator only under it).  The new
- * one starts before the old one goes, so a failure keeps the old.
+ * the lock ensures (dispatches ask the elevator only under it).  Only
+ * its private state changes hands: the rest of the state (the read
+ * feedback among it, which reads count into without the lock) stays in
+ * place.  The new one starts before the old one goes, so a failure
+ * keeps the old.
  */
 static int
 swap_elevator (struct queue *q, const struct elevator_ops *e)
 {
-  struct elevator_state next = q->elevator;
+  void *old = q->elevator.private, *new;
 
   queue_assert_locked (q);
-  next.private = NULL;
-  if (e->init && e->init (&next) == -1)
+  q->elevator.private = NULL;
+  if (e->init && e->init (&q->elevator) == -1) {
+    q->elevator.private = old;
     return -1;
+  }
+  new = q->elevator.private;
+  q->elevator.private = old;
   if (q->cfg.elevator->exit)
     q->cfg.elevator->exit (&q->elevator);
-  q->elevator = next;
+  q->elevator.private = new;
   q->cfg.elevator = e;
   return 0;
 }
@@ -101,6 +111,8 @@ queue_set_config (struct queue *q, const struct queue_config *cfg,
     q->cfg.max_merge = cfg->max_merge;
     q->cfg.unplug_thresh = cfg->unplug_thresh;
     q->cfg.write_expire_ns = cfg->write_expire_ns;
+    q->cfg.read_target_ns = cfg->read_target_ns;
+    q->elevator.reads.target_ns = cfg->read_target_ns;
     queue_derive_settings (q);
   }
   /* A larger queue has room for a writer asleep waiting for it. */

@@ -26,6 +26,7 @@
 #include "fixtures.h"
 #include "queue/session.h"
 #include "queue/timer_service.h"
+#include "queue/queue_internal.h"
 #include "tap.h"
 #include "test_backends.h"
 #include "volume/disk.h"
@@ -561,10 +562,78 @@ test_set_config (void)
       && CHECK (queue_get_config (d->queue)->ack == ACK_DISPATCHED)
       && CHECK (queue_get_config (d->queue)->max_merge == 64 * KiB);
   }
+  if (ok) {
+    want.read_target_ns = 5 * TEST_MS;
+    ok = CHECK (queue_config_unlocked_key (d->queue, &want)
+                && strcmp (queue_config_unlocked_key (d->queue, &want),
+                           "read-target") == 0)
+      && CHECK (queue_set_config (d->queue, &want, true) == 0)
+      && CHECK (queue_get_config (d->queue)->read_target_ns == 5 * TEST_MS);
+  }
   disk_release (d);
   tap_ok (ok, "set: keys read under the queue's lock change with clients, "
           "those read without it only with none; a new unplug-delay holds "
           "from the next plug");
+}
+
+struct reader {
+  struct queue *q;
+  _Atomic bool stop;
+  _Atomic unsigned reads;
+};
+
+static int
+reader_run (void *arg)
+{
+  struct reader *r = arg;
+  char buf[4096];
+
+  while (!atomic_load (&r->stop)) {
+    if (queue_pread (r->q, buf, sizeof buf, 0) == -1)
+      return -1;
+    atomic_fetch_add (&r->reads, 1);
+  }
+  return 0;
+}
+
+/* Reads count themselves in the elevator's read feedback without the
+ * queue's lock: a new elevator must leave that state where it is.  (A
+ * swap that copied the elevator's state out and back lost the counts
+ * of reads made meanwhile, and ThreadSanitizer saw the race.)
+ */
+static void
+test_elevator_under_reads (void)
+{
+  struct queue_config cfg = held_config ();
+  struct test_backend *tb;
+  struct disk *d = test_disk ("swap", 64 * KiB, &tb, &cfg);
+  struct reader r = { .q = d ? d->queue : NULL };
+  struct test_thread t = TEST_THREAD_INIT;
+  struct queue_config want;
+  bool ok = CHECK (d != NULL)
+    && CHECK (test_thread_start (&t, reader_run, &r) == 0);
+
+  unsigned swaps = 0, before = 0;
+
+  ok = ok && CHECK (TEST_WAIT_FOR (atomic_load (&r.reads) > 0));
+  before = atomic_load (&r.reads);
+  /* Swaps until the reads made meanwhile number a few hundred. */
+  while (ok && (swaps < 200 || atomic_load (&r.reads) - before < 200)
+         && swaps < 1000000) {
+    want = *queue_get_config (d->queue);
+    want.elevator = swaps++ % 2 ? &elevator_deadline : &elevator_noop;
+    ok = CHECK (queue_set_config (d->queue, &want, false) == 0);
+  }
+  atomic_store (&r.stop, true);
+  ok = CHECK (test_thread_wait (&t) && t.result == 0) && ok
+    && CHECK (atomic_load (&r.reads) - before >= 200)
+    && CHECK (atomic_load (&d->queue->elevator.reads.active) == 0);
+  printf ("# %u reads during %u elevator swaps\n",
+          atomic_load (&r.reads) - before, swaps);
+  test_thread_join (&t);
+  disk_release (d);
+  tap_ok (ok, "an elevator swapped under reads leaves the read feedback "
+          "they count into where it is");
 }
 
 /* A retired disk's timer is taken off the loop: its pending ev_timer
@@ -623,6 +692,7 @@ main (void)
     test_grown_version,
     test_draining,
     test_set_config,
+    test_elevator_under_reads,
     test_timer_detached,
     test_session_slots,
   };
