@@ -688,14 +688,20 @@ EOF
 }
 
 @test "nbd: reconnect= writes again what the restarted remote had not flushed (ack=queued)" {
+  # The lost connection is logged as an error.
+  skip_if_sanitized
   unflushed_survive queued
 }
 
 @test "nbd: reconnect= writes again what the restarted remote had not flushed (ack=dispatched)" {
+  # The lost connection is logged as an error.
+  skip_if_sanitized
   unflushed_survive dispatched
 }
 
 @test "nbd: reconnect= sends writes in flight when the remote died to the new one, and the FLUSH is true" {
+  # The lost connection is logged as an error.
+  skip_if_sanitized
   make_file "$T/r.img" 1M
   # The delay keeps the write in flight until the remote is killed.
   start_remote r --filter=log --filter=delay file "$T/r.img" \
@@ -757,6 +763,8 @@ EOF
 }
 
 @test "nbd: reconnect= never writes an older replayed write over a newer FUA write" {
+  # The lost connection is logged as an error.
+  skip_if_sanitized
   make_file "$T/r.img" 1M
   # 4K cache blocks: the FUA write writes only its own block through.
   volatile_remote r "$T/r.img" cache-min-block-size=4096

@@ -178,11 +178,11 @@ restart_and_verify() {
     'all(s["queued_bytes"] <= s["queue_bytes"] for s in hold)' \
     'max(s["queued_bytes"] for s in hold) > 0' \
     'hold[-1]["full_waits"] > 0' \
-    'hold[-1]["oldest_in_flight_us"] >= (r["t_recover"] - r["t_fault"] - 8) * 1e6'
+    'hold[-1]["oldest_in_flight_us"] >= (r["t_recover"] - r["t_faulted"] - 8) * 1e6'
   # Writers blocked: from 5 s into the stall nothing more was answered,
   # and the server's memory did not grow.
-  result 'len({s["acked"] for s in hold if s["t"] >= r["t_fault"] + 5}) == 1' \
-    'max(s["rss_kib"] for s in hold if s["t"] >= r["t_fault"] + 5) - min(s["rss_kib"] for s in hold if s["t"] >= r["t_fault"] + 5) < 4096'
+  result 'len({s["acked"] for s in hold if s["t"] >= r["t_faulted"] + 5}) == 1' \
+    'max(s["rss_kib"] for s in hold if s["t"] >= r["t_faulted"] + 5) - min(s["rss_kib"] for s in hold if s["t"] >= r["t_faulted"] + 5) < 4096'
   # Once per stall: what it waits for, and when it resumed.
   run grep -c "rbd=rbd/$IMG: waiting for the cluster: [0-9]* writes* in flight" "$PLUGQ_LOG"
   assert_output 1

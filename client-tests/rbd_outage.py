@@ -90,6 +90,7 @@ class Writer:
         self.since_flush = 0
         self.t0 = time.monotonic()
         self.t_fault = self.t_recover = None
+        self.t_faulted = None       # once the fault commands returned
         self.outage_flush = None    # cookie of the first FLUSH sent in the outage
         self.outage_flush_done = None
         self.samples = []
@@ -306,6 +307,7 @@ class Writer:
         self.t_fault = self.now()
         self.sample()
         self.run_commands(a.fault, "fault")
+        self.t_faulted = self.now()
         # One FLUSH in the outage whatever the depth: with the queue full
         # when the fault comes, no write may be answered before the
         # recovery, and the FLUSH every flush_every writes never sent.
@@ -336,7 +338,8 @@ class Writer:
             "warmup_acked": warm, "hold_acked": held - warm,
             "acked": len(self.acks), "flushes_ok": self.flushes_ok,
             "flushes_failed": self.flushes_failed, "failures": self.failures,
-            "t_fault": round(self.t_fault, 3), "t_recover": round(self.t_recover, 3),
+            "t_fault": round(self.t_fault, 3), "t_faulted": round(self.t_faulted, 3),
+            "t_recover": round(self.t_recover, 3),
             "outage_flush_answered": self.outage_flush_done,
             "stall_at_recover": self.gap_at(self.t_recover),
             "longest_gap": self.longest_gap(self.t_fault),
