@@ -415,11 +415,17 @@ piece_complete (struct queue *q, const struct batch *b, struct piece *p,
                 int err, uint64_t now, struct sleeper **wake_later)
 {
   struct op_counters *c = &q->stats.op[p->kind];
+  bool kept;
 
   RB_REMOVE (piece_tree, &q->in_flight, p);
-  piece_gone (q, p);
   q->stats.in_flight--;
-  if (err && !p->waiter && piece_keep_failed (q, p, err, now))
+  /* Kept before it is gone: a read that finds no piece present
+   * (pieces_present, without the lock) reads the backend alone, which
+   * does not have this one's data.
+   */
+  kept = err && !p->waiter && piece_keep_failed (q, p, err, now);
+  piece_gone (q, p);
+  if (kept)
     return;
   c->ticks_ms_x1000 += (now - p->arrival_ns) / 1000;
   q->stats.time_in_queue_us += (now - p->arrival_ns) / 1000;

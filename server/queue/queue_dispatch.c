@@ -420,24 +420,32 @@ run_queue_until_flushed (struct queue *q, uint64_t ticket)
 
 /* ------------------------------------------------------------ the thread */
 
-/* Until woken, until a retry is due, or until the next look at the
- * spare buffers (at once if that came due meanwhile).  A retry already
- * due waits for the token's holder, whose release wakes this thread.
- * Drops q->lock.
+/* Until woken, until a retry is due, until the next look at the spare
+ * buffers, or while writes are held for reads until the next look at
+ * them.  A retry already due waits for the token's holder, whose release
+ * wakes this thread; but never for long: a holder that gives its token
+ * back without a look (a replug, a token handed to a flush) would leave
+ * it asleep over a due retry, and every writer asleep on the flush that
+ * waits for it.  Drops q->lock.
  */
+#define DUE_RETRY_LOOK_NS (1 * NS_PER_MS)
+
 static void
 dispatcher_sleep (struct queue *q)
 {
-  uint64_t retry = MIN (next_retry_ns (q), failing_retry_ns (q));
+  uint64_t now = monotonic_ns ();
+  uint64_t wake = MIN (next_retry_ns (q), failing_retry_ns (q));
 
+  if (wake <= now)
+    wake = now + DUE_RETRY_LOOK_NS;
   if (q->writes_held)
-    retry = MIN (retry, monotonic_ns () + READ_HOLD_LOOK_NS);
-  if (q->spares_look_ns && q->spares_look_ns < retry)
-    lock_wait_until (&q->dispatch_wake, &q->lock, q->spares_look_ns);
-  else if (retry == UINT64_MAX || retry <= monotonic_ns ())
+    wake = MIN (wake, now + READ_HOLD_LOOK_NS);
+  if (q->spares_look_ns)
+    wake = MIN (wake, q->spares_look_ns);
+  if (wake == UINT64_MAX)
     lock_wait (&q->dispatch_wake, &q->lock);
   else
-    lock_wait_until (&q->dispatch_wake, &q->lock, retry);
+    lock_wait_until (&q->dispatch_wake, &q->lock, wake);
 }
 
 static void *

@@ -129,9 +129,11 @@ keep_uncovered (struct queue *q, struct piece *p, int err)
 }
 
 /* Piece p of a batch whose write-back failed with err, out of the
- * in-flight tree and gone (piece_gone), nobody waiting for it: back to
- * the queue as failing (step 1).  True when p itself was queued again
- * (the caller must not release it).
+ * in-flight tree, nobody waiting for it: back to the queue as failing
+ * (step 1), each fragment counted as present and promised anew.  True
+ * when p itself was queued again (the caller must not release it); the
+ * caller then uncounts p as it was in flight (piece_gone), after, so
+ * that pieces_present never reads 0 meanwhile.
  */
 bool
 piece_keep_failed (struct queue *q, struct piece *p, int err, uint64_t now)

@@ -1,8 +1,9 @@
-/* plugq: a connection's view of each disk's latched write-back errors.
+/* plugq: a connection's view of each disk's latched errors.
  *
- * Like the kernel's errseq_t: every connection is told of an error once,
- * on its next FLUSH or FUA, and an error no connection has seen yet is
- * reported even to connections opened after it happened.  The plugin
+ * Like the kernel's errseq_t: every connection hears of an error on the
+ * FLUSH and FUA requests it sent before the error was reported to it
+ * (queue_flush.c's error_mark), and an error no connection has seen yet
+ * is reported even to connections opened after it happened.  The plugin
  * makes one session per connection; the queues keep a cursor in it.
  */
 #ifndef PLUGQ_SESSION_H
