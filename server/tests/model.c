@@ -190,6 +190,12 @@ model_trim (struct model *m, uint64_t offset, uint64_t count)
   memset (&m->state[j], MODEL_DONTCARE, count);
 }
 
+void
+model_unspecified (struct model *m, uint64_t offset, uint64_t count)
+{
+  model_trim (m, offset, count);
+}
+
 #define BYTES_OF(b) (UINT64_C (0x0101010101010101) * (b))
 
 void
@@ -797,6 +803,12 @@ choose_params (struct harness_params *p, struct byte_source *src,
   p->backend.writes_to_memory = !p->backend.async && !p->backend.min_block
     && (b & 1);
   c->bypass = (b & 6) != 0;
+  /* One run in four on a backend that fails now and then, from bits no
+   * other choice reads, so that every other choice and every op of a
+   * seed or fuzzer input stay what they were.
+   */
+  if ((b & 0x18) == 0x18)
+    p->backend.faults = 1 + (b >> 5) % HARNESS_FAULT_LEVELS;
 }
 
 void
@@ -897,7 +909,8 @@ harness_params_format (const struct harness_params *p, char *buf,
             " disk=%" PRIu64 " lanes=%u"
             " backend=%s trim=%s fast-zero=%s max-write=%s max-iov=%d"
             " minimum=%" PRIu32
-            " min-block=%" PRIu32 " async=%u%s%s writers=%u stripe=%s%s%s",
+            " min-block=%" PRIu32 " async=%u%s%s writers=%u stripe=%s"
+            " sessions=%u faults=%u%s%s",
             c->elevator->name,
             c->ack == ACK_QUEUED ? "queued" : "dispatched",
             c->unplug_thresh,
@@ -917,6 +930,7 @@ harness_params_format (const struct harness_params *p, char *buf,
             p->backend.async && p->backend.steady ? "+steady" : "",
             p->backend.writers,
             p->stripe ? human_bytes (p->stripe, b[5], sizeof b[5]) : "none",
+            p->sessions, p->backend.faults,
             p->backend.writes_to_memory ? " writes-to-memory" : "",
             c->bypass ? "" : " bypass=never");
 }
@@ -939,17 +953,51 @@ struct lane_counts {
   uint64_t trims_ok, trims;
   uint64_t flushes, fua;
   uint64_t flush_ns_max;        /* slowest FLUSH answer */
+  /* Fault mode: requests answered with an error, those of them that
+   * were FUA, and the bytes of the writes among them.
+   */
+  uint64_t failed, fua_failed, write_bytes_failed;
+  uint64_t flushes_failed;
+  uint64_t flushes_after_failure;       /* succeeded after one failed */
 };
 
 struct lane {
   uint64_t lo, hi;
-  struct session *session;
+  struct session *session;      /* the harness's, maybe shared */
   struct model model;
   struct model_op *log;         /* every op applied, in order */
   size_t nr_ops, cap;
   uint8_t *buf;                 /* MAX_IO bytes of scratch */
   uint8_t *dirty;               /* and MAX_IO more for the dirty map */
   struct lane_counts n;
+};
+
+/* What every lane was answered, on one clock, for the rule that a
+ * FLUSH on any connection covers the writes answered on every
+ * connection before it arrived (multi-conn).  Each lane keeps to its own
+ * bytes, so each byte's record changes only on its lane's thread; all
+ * of it is read, and written, under lock.  Per byte of the disk: want,
+ * what the newest request there left, and loose, whether it may hold
+ * anything (trimmed, or the request failed).  Per granule of
+ * ANSWER_GRANULE bytes: since, the clock when the newest request that
+ * touched it was answered (ANSWER_PENDING while one is on its way).  A
+ * FLUSH takes the clock when it is sent; once it succeeds, every byte
+ * whose granule's newest request was answered before then must be on the
+ * backend, as it was left, and durable.  A granule touched by a newer
+ * request is left alone as a whole: a little less checked, never a byte
+ * checked that a newer request may change (a lane's requests come one at
+ * a time, and no two lanes share a granule).
+ */
+#define ANSWER_PENDING UINT32_MAX
+#define ANSWER_GRANULE 64
+
+struct answers {
+  pthread_mutex_t lock;
+  uint32_t clock;
+  uint32_t *since;              /* per granule */
+  uint8_t *want;
+  uint8_t *loose;
+  uint8_t *buf, *dirty;         /* ANSWER_CHUNK bytes of scratch each */
 };
 
 struct harness {
@@ -959,7 +1007,12 @@ struct harness {
   struct queue *q;
   unsigned nr_lanes;
   struct lane lane[HARNESS_MAX_LANES];
+  unsigned nr_sessions;
+  struct session *session[HARNESS_MAX_LANES];
+  struct answers *answers;      /* several lanes only */
   _Atomic uint64_t stream_front;  /* striped lanes' generators share it */
+  _Atomic bool flush_failed;    /* a FLUSH on any lane failed */
+  bool recovered;               /* the fault mode is over */
   bool finished;
 
   pthread_mutex_t lock;         /* the fault record and verbose output */
@@ -1096,6 +1149,52 @@ make_async (struct test_backend *tb, const struct backend_params *bp)
   return 0;
 }
 
+/* How a backend in fault mode fails (backend_params.faults - 1): short
+ * outages where everything fails; a flaky backend failing half the
+ * calls of long stretches; long outages; and a mostly healthy one whose
+ * flushes fail often.  Stretches count writes, zeroes and trims: a run
+ * of 300 ops makes a hundred or more.
+ */
+static const struct tb_faults fault_levels[HARNESS_FAULT_LEVELS] = {
+  { .healthy_calls = 48, .failing_calls = 8, .fail_percent = 100,
+    .flush_percent = 5 },
+  { .healthy_calls = 32, .failing_calls = 32, .fail_percent = 50,
+    .flush_percent = 10 },
+  { .healthy_calls = 16, .failing_calls = 64, .fail_percent = 100,
+    .flush_percent = 0 },
+  { .healthy_calls = 96, .failing_calls = 16, .fail_percent = 25,
+    .flush_percent = 25 },
+};
+
+/* The fault mode the run asks for, seeded by its knobs. */
+static void
+start_faults (struct harness *h)
+{
+  const struct queue_config *c = &h->p.config;
+  struct tb_faults f;
+
+  if (h->p.backend.faults == 0)
+    return;
+  f = fault_levels[(h->p.backend.faults - 1) % HARNESS_FAULT_LEVELS];
+  f.seed = mix64 (h->p.disk_size ^ c->unplug_delay_ns ^ c->max_merge
+                  ^ ((uint64_t) c->unplug_thresh << 40)
+                  ^ ((uint64_t) h->p.backend.faults << 56));
+  test_backend_faults (h->tb, &f);
+}
+
+/* Calls the backend failed on purpose so far. */
+static uint64_t
+backend_failures (struct harness *h)
+{
+  static const enum tb_op kinds[] = { TB_PWRITEV, TB_ZERO, TB_TRIM,
+                                      TB_FLUSH };
+  uint64_t n = 0;
+
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+    n += test_backend_failed (h->tb, kinds[i]);
+  return n;
+}
+
 static struct test_backend *
 backend_new (struct harness *h)
 {
@@ -1137,24 +1236,79 @@ lane_init (struct harness *h, struct lane *l, uint64_t lo, uint64_t hi)
     return -1;
   l->buf = malloc (MAX_IO);
   l->dirty = malloc (MAX_IO);
-  l->session = session_new ();
-  return l->buf && l->dirty && l->session ? 0 : -1;
+  return l->buf && l->dirty ? 0 : -1;
 }
 
 static void
 lane_free (struct lane *l)
 {
   model_free (&l->model);
-  session_free (l->session);
   free (l->buf);
   free (l->dirty);
   free (l->log);
 }
 
+/* Sessions, shared by the lanes as harness_params.sessions says. */
+static int
+sessions_init (struct harness *h)
+{
+  h->nr_sessions = h->p.sessions ? MIN (h->p.sessions, h->nr_lanes)
+    : h->nr_lanes;
+  for (unsigned i = 0; i < h->nr_sessions; i++)
+    if ((h->session[i] = session_new ()) == NULL)
+      return -1;
+  for (unsigned i = 0; i < h->nr_lanes; i++)
+    h->lane[i].session = h->session[i % h->nr_sessions];
+  return 0;
+}
+
+/* The chunks check_answers reads the backend in: small, so that the
+ * bytes newer requests changed meanwhile cost a byte-by-byte look only
+ * near them.
+ */
+#define ANSWER_CHUNK (4 * KiB)
+
+static void
+answers_free (struct answers *a)
+{
+  if (a == NULL)
+    return;
+  pthread_mutex_destroy (&a->lock);
+  free (a->since);
+  free (a->want);
+  free (a->loose);
+  free (a->buf);
+  free (a->dirty);
+  free (a);
+}
+
+/* A new disk reads as zeroes, durably: answered before any FLUSH. */
+static struct answers *
+answers_new (uint64_t size)
+{
+  struct answers *a = calloc (1, sizeof *a);
+
+  if (a == NULL)
+    return NULL;
+  pthread_mutex_init (&a->lock, NULL);
+  a->since = calloc ((size + ANSWER_GRANULE - 1) / ANSWER_GRANULE,
+                     sizeof *a->since);
+  a->want = calloc (size, 1);
+  a->loose = calloc (size, 1);
+  a->buf = malloc (ANSWER_CHUNK);
+  a->dirty = malloc (ANSWER_CHUNK);
+  if (!a->since || !a->want || !a->loose || !a->buf || !a->dirty) {
+    answers_free (a);
+    return NULL;
+  }
+  return a;
+}
+
 /* Lanes split the disk into adjacent regions, so requests of different
  * lanes merge across the borders but never overlap.  Striped lanes each
  * model the whole disk but touch and check only their own stripes
- * (own_span).
+ * (own_span).  Their sessions are made first, and with several lanes
+ * the record of answers.
  */
 static int
 lanes_init (struct harness *h)
@@ -1162,6 +1316,10 @@ lanes_init (struct harness *h)
   uint64_t size = h->p.disk_size;
   uint64_t share = (size / h->nr_lanes) & ~(uint64_t) (4 * KiB - 1);
 
+  if (sessions_init (h) == -1)
+    return -1;
+  if (h->nr_lanes > 1 && (h->answers = answers_new (size)) == NULL)
+    return -1;
   if (h->p.stripe) {
     for (unsigned i = 0; i < h->nr_lanes; i++)
       if (lane_init (h, &h->lane[i], 0, size) == -1)
@@ -1205,6 +1363,7 @@ harness_start (struct harness *h)
   /* Sessions size their error cursors by the queues that exist. */
   if (lanes_init (h) == -1)
     return fail (h, 0, 0, FAULT_SETUP, "out of memory for the model");
+  start_faults (h);
   return true;
 }
 
@@ -1396,6 +1555,32 @@ mismatch (struct harness *h, unsigned li, size_t index,
                setter (h, l, mm->offset), mm->length, expl);
 }
 
+/* The backend's bytes [pos, pos + n) as read into buf, with the record
+ * of bytes changed since the last backend flush in dirty: every landed
+ * byte must hold what the model says it must, and none that must be
+ * durable may have been written since the last backend flush.
+ */
+static bool
+check_landed_bytes (struct harness *h, unsigned li, size_t index,
+                    uint64_t pos, uint64_t n, const uint8_t *buf,
+                    const uint8_t *dirty, enum harness_fault kind,
+                    const char *what)
+{
+  struct lane *l = &h->lane[li];
+  struct model_mismatch mm;
+  int64_t bad;
+
+  if (!model_compare (&l->model, buf, pos, n, true, &mm))
+    return mismatch (h, li, index, kind, what, &mm);
+  bad = model_first_undurable (&l->model, dirty, pos, n);
+  if (bad >= 0)
+    return fail (h, li, index, kind,
+                 "%s: byte 0x%" PRIx64 " (set by #%" PRIu32 ") was"
+                 " written without a backend flush after it", what,
+                 (uint64_t) bad, setter (h, l, bad));
+  return true;
+}
+
 /* The backend itself, read directly, must hold every landed byte of
  * [from, to), and no backend write since the last backend flush may
  * have touched a durable one.
@@ -1406,23 +1591,16 @@ check_landed (struct harness *h, unsigned li, size_t index,
               const char *what)
 {
   struct lane *l = &h->lane[li];
-  struct model_mismatch mm;
 
   for (uint64_t pos = from; pos < to; pos += MAX_IO) {
     uint64_t n = MIN (MAX_IO, to - pos);
-    int64_t bad;
 
     test_backend_dirty (h->tb, l->dirty, n, pos);
     if (test_backend_read (h->tb, l->buf, n, pos) == -1)
       return fail (h, li, index, kind, "backend pread: %m");
-    if (!model_compare (&l->model, l->buf, pos, n, true, &mm))
-      return mismatch (h, li, index, kind, what, &mm);
-    bad = model_first_undurable (&l->model, l->dirty, pos, n);
-    if (bad >= 0)
-      return fail (h, li, index, kind,
-                   "%s: byte 0x%" PRIx64 " (set by #%" PRIu32 ") was"
-                   " written without a backend flush after it", what,
-                   (uint64_t) bad, setter (h, l, bad));
+    if (!check_landed_bytes (h, li, index, pos, n, l->buf, l->dirty, kind,
+                             what))
+      return false;
   }
   return true;
 }
@@ -1483,40 +1661,199 @@ check_result (struct harness *h, unsigned li, size_t index,
   return true;
 }
 
+/* Whether a request the queue should take may have failed with err (r
+ * -1): in fault mode, with an errno the backend fails calls with, once
+ * it has failed some.  A FLUSH fails while answered data cannot be
+ * written or after a failed backend flush; a write, zero or trim fails
+ * when it waits for its own write-out (ack=dispatched, FUA), goes
+ * around the queue, or finds the queue full while data is failing.
+ */
 static bool
-apply_write (struct harness *h, unsigned li, size_t index,
-             const struct model_op *op)
+fault_allowed (struct harness *h, int r, int err)
 {
-  struct lane *l = &h->lane[li];
-  struct expect e = expect_for (h, op);
-  int r, err;
-
-  pattern_fill (l->buf, op->tag, op->offset, op->count);
-  errno = 0;
-  r = queue_pwrite (h->q, l->session, l->buf, op->count, op->offset,
-                    op->flags);
-  err = errno;
-  l->n.writes++;
-  if (!check_result (h, li, index, "queue_pwrite", r, err, e))
-    return false;
-  if (e.error)
-    return true;
-  l->n.writes_ok++;
-  l->n.write_bytes += op->count;
-  l->n.fua += (op->flags & REQ_FUA) != 0;
-  model_write (&l->model, op->offset, op->count, l->buf);
-  return settle (h, li, index, op, "write");
+  return h->p.backend.faults && r == -1
+    && (err == EIO || err == ENOSPC || err == ENOMEM)
+    && backend_failures (h) > 0;
 }
 
-static bool
-apply_zero (struct harness *h, unsigned li, size_t index,
-            const struct model_op *op)
+/* ------------------------------------------------------------ answers */
+
+/* The granules op's range touches: [first, end). */
+static uint64_t
+granule_first (const struct model_op *op)
 {
-  struct lane *l = &h->lane[li];
+  return op->offset / ANSWER_GRANULE;
+}
+
+static uint64_t
+granule_end (const struct model_op *op)
+{
+  return (op->offset + op->count + ANSWER_GRANULE - 1) / ANSWER_GRANULE;
+}
+
+/* Lane's request over op's range is on its way: until it is answered,
+ * those bytes promise nothing.
+ */
+static void
+answers_sent (struct harness *h, const struct model_op *op)
+{
+  struct answers *a = h->answers;
+
+  if (a == NULL)
+    return;
+  pthread_mutex_lock (&a->lock);
+  for (uint64_t g = granule_first (op); g < granule_end (op); g++)
+    a->since[g] = ANSWER_PENDING;
+  pthread_mutex_unlock (&a->lock);
+}
+
+/* ... and answered now: a write that left buf there, a zero, or (loose)
+ * a trim or a failed request.
+ */
+static void
+answers_answered (struct harness *h, const struct model_op *op,
+                  const uint8_t *buf, bool loose)
+{
+  struct answers *a = h->answers;
+  uint32_t now;
+
+  if (a == NULL)
+    return;
+  pthread_mutex_lock (&a->lock);
+  now = ++a->clock;
+  for (uint64_t g = granule_first (op); g < granule_end (op); g++)
+    a->since[g] = now;
+  if (op->kind == MOP_WRITE && buf)
+    memcpy (&a->want[op->offset], buf, op->count);
+  else
+    memset (&a->want[op->offset], 0, op->count);
+  memset (&a->loose[op->offset], loose || op->kind == MOP_TRIM, op->count);
+  pthread_mutex_unlock (&a->lock);
+}
+
+/* A FLUSH is sent now: its time on the clock. */
+static uint32_t
+answers_flush_sent (struct harness *h)
+{
+  struct answers *a = h->answers;
+  uint32_t now;
+
+  if (a == NULL)
+    return 0;
+  pthread_mutex_lock (&a->lock);
+  now = ++a->clock;
+  pthread_mutex_unlock (&a->lock);
+  return now;
+}
+
+/* The lane whose requests write byte pos. */
+static unsigned
+owner_of (const struct harness *h, uint64_t pos)
+{
+  if (h->p.stripe)
+    return (pos / h->p.stripe) % h->nr_lanes;
+  for (unsigned i = 0; i < h->nr_lanes; i++)
+    if (pos >= h->lane[i].lo && pos < h->lane[i].hi)
+      return i;
+  return 0;
+}
+
+/* Under a->lock: whether the 8 bytes at i of the chunk at pos need a
+ * look of their own: one differs from what was left there, or changed
+ * since the last backend flush, and not all of them may hold anything.
+ */
+static bool
+answers_word_suspect (const struct answers *a, uint64_t pos, uint64_t i)
+{
+  uint64_t got, want, dirty, loose;
+
+  memcpy (&got, &a->buf[i], 8);
+  memcpy (&want, &a->want[pos + i], 8);
+  memcpy (&dirty, &a->dirty[i], 8);
+  memcpy (&loose, &a->loose[pos + i], 8);
+  return (got != want || dirty != 0) && loose != BYTES_OF (1);
+}
+
+/* Under a->lock: the record of [pos, pos + n), with the backend's bytes
+ * in a->buf and its changes since the last backend flush in a->dirty,
+ * after a FLUSH sent at `sent` succeeded on lane li (op index).
+ */
+static bool
+check_answers_chunk (struct harness *h, unsigned li, size_t index,
+                     uint32_t sent, uint64_t pos, uint64_t n)
+{
+  struct answers *a = h->answers;
+
+  /* Everything as it was left and durable: no byte need be looked at. */
+  if (memcmp (a->buf, &a->want[pos], n) == 0
+      && memchr (a->dirty, 1, n) == NULL)
+    return true;
+  for (uint64_t i = 0; i < n; i++) {
+    uint64_t b = pos + i;
+
+    /* Whole words that are fine, or may hold anything, at once. */
+    if (i % 8 == 0 && n - i >= 8 && !answers_word_suspect (a, pos, i)) {
+      i += 7;
+      continue;
+    }
+    if (a->since[b / ANSWER_GRANULE] >= sent || a->loose[b])
+      continue;
+    if (a->buf[i] != a->want[b] || a->dirty[i])
+      return fail (h, li, index, FAULT_FLUSH,
+                   "after a FLUSH on lane %u, byte 0x%" PRIx64 " that"
+                   " lane %u was answered for before it was sent %s"
+                   " (0x%02x, expected 0x%02x): a FLUSH covers the writes"
+                   " answered on every connection", li, b, owner_of (h, b),
+                   a->buf[i] != a->want[b] ? "is not on the backend"
+                   : "was written without a backend flush after it",
+                   a->buf[i], a->want[b]);
+  }
+  return true;
+}
+
+/* After a FLUSH sent at `sent` on lane li succeeded: every byte whose
+ * newest request, on any lane, was answered before then is on the
+ * backend as that request left it, and no backend write since the last
+ * backend flush touched it.  The lock keeps other lanes from sending
+ * anything new meanwhile; what they sent before is pending, or newer
+ * than the FLUSH, and left alone.
+ */
+static bool
+check_answers (struct harness *h, unsigned li, size_t index, uint32_t sent)
+{
+  struct answers *a = h->answers;
+  bool ok = true;
+
+  if (a == NULL)
+    return true;
+  pthread_mutex_lock (&a->lock);
+  for (uint64_t pos = 0; ok && pos < h->p.disk_size; pos += ANSWER_CHUNK) {
+    uint64_t n = MIN (ANSWER_CHUNK, h->p.disk_size - pos);
+
+    test_backend_dirty (h->tb, a->dirty, n, pos);
+    if (test_backend_read (h->tb, a->buf, n, pos) == -1)
+      ok = fail (h, li, index, FAULT_FLUSH, "backend pread: %m");
+    else
+      ok = check_answers_chunk (h, li, index, sent, pos, n);
+  }
+  pthread_mutex_unlock (&a->lock);
+  return ok;
+}
+
+/* ------------------------------------------------------------ requests */
+
+static const char *const request_calls[MOP_KINDS] = {
+  [MOP_WRITE] = "queue_pwrite", [MOP_ZERO] = "queue_zero",
+  [MOP_TRIM] = "queue_trim",
+};
+
+/* What the queue must answer a write, zero or trim. */
+static struct expect
+request_expect (const struct harness *h, const struct model_op *op)
+{
   struct expect e = expect_for (h, op);
-  bool refuse_fast = (op->flags & REQ_FAST_ZERO)
+  bool refuse_fast = op->kind == MOP_ZERO && (op->flags & REQ_FAST_ZERO)
     && !test_backend_get (h->tb)->can_fast_zero;
-  int r, err;
 
   /* A fast zero the backend cannot do fails at once with ENOTSUP; with
    * a misaligned range too, either error will do.
@@ -1525,40 +1862,122 @@ apply_zero (struct harness *h, unsigned li, size_t index,
     e = (struct expect) { .error = true, .errno1 = ENOTSUP };
   else if (refuse_fast && e.errno1)
     e.errno2 = ENOTSUP;
-  errno = 0;
-  r = queue_zero (h->q, l->session, op->count, op->offset, op->flags);
-  err = errno;
-  l->n.zeros++;
-  if (!check_result (h, li, index, "queue_zero", r, err, e))
-    return false;
-  if (e.error)
-    return true;
-  l->n.zeros_ok++;
-  l->n.fua += (op->flags & REQ_FUA) != 0;
-  model_zero (&l->model, op->offset, op->count);
-  return settle (h, li, index, op, "zero");
+  return e;
 }
 
-static bool
-apply_trim (struct harness *h, unsigned li, size_t index,
-            const struct model_op *op)
+/* Sends a write of buf, a zero or a trim through session s: the queue's
+ * answer, its errno in *err.
+ */
+static int
+send_request (struct harness *h, struct session *s,
+              const struct model_op *op, const uint8_t *buf, int *err)
 {
-  struct lane *l = &h->lane[li];
-  struct expect e = expect_for (h, op);
-  int r, err;
+  int r;
 
   errno = 0;
-  r = queue_trim (h->q, l->session, op->count, op->offset, op->flags);
-  err = errno;
-  l->n.trims++;
-  if (!check_result (h, li, index, "queue_trim", r, err, e))
+  switch (op->kind) {
+  case MOP_WRITE:
+    r = queue_pwrite (h->q, s, buf, op->count, op->offset, op->flags);
+    break;
+  case MOP_ZERO:
+    r = queue_zero (h->q, s, op->count, op->offset, op->flags);
+    break;
+  default:
+    r = queue_trim (h->q, s, op->count, op->offset, op->flags);
+  }
+  *err = errno;
+  return r;
+}
+
+static void
+count_request (struct lane_counts *n, const struct model_op *op, bool ok)
+{
+  switch (op->kind) {
+  case MOP_WRITE:
+    n->writes++;
+    n->writes_ok += ok;
+    n->write_bytes += ok ? op->count : 0;
+    break;
+  case MOP_ZERO:
+    n->zeros++;
+    n->zeros_ok += ok;
+    break;
+  default:
+    n->trims++;
+    n->trims_ok += ok;
+  }
+  n->fua += ok && (op->flags & REQ_FUA);
+}
+
+/* A write, zero or trim the fault mode failed: its range may hold
+ * anything now, and nothing of it is promised.
+ */
+static bool
+request_failed (struct harness *h, unsigned li, const struct model_op *op)
+{
+  struct lane *l = &h->lane[li];
+
+  count_request (&l->n, op, false);
+  l->n.failed++;
+  l->n.fua_failed += (op->flags & REQ_FUA) != 0;
+  l->n.write_bytes_failed += op->kind == MOP_WRITE ? op->count : 0;
+  model_unspecified (&l->model, op->offset, op->count);
+  answers_answered (h, op, NULL, true);
+  return true;
+}
+
+/* Lane li's write of buf, zero or trim was answered r (errno err), where
+ * e was expected: checked, counted, and into the lane's model and the
+ * record of answers; with settle_now, what its answer promised about the
+ * backend is checked as well (settle).
+ */
+static bool
+request_answered (struct harness *h, unsigned li, size_t index,
+                  const struct model_op *op, struct expect e,
+                  const uint8_t *buf, int r, int err, bool settle_now)
+{
+  struct lane *l = &h->lane[li];
+
+  if (!e.error && fault_allowed (h, r, err))
+    return request_failed (h, li, op);
+  if (!check_result (h, li, index, request_calls[op->kind], r, err, e)) {
+    count_request (&l->n, op, false);
     return false;
+  }
+  count_request (&l->n, op, !e.error);
   if (e.error)
     return true;
-  l->n.trims_ok++;
-  l->n.fua += (op->flags & REQ_FUA) != 0;
-  model_trim (&l->model, op->offset, op->count);
-  return true;
+  switch (op->kind) {
+  case MOP_WRITE:
+    model_write (&l->model, op->offset, op->count, buf);
+    break;
+  case MOP_ZERO:
+    model_zero (&l->model, op->offset, op->count);
+    break;
+  default:
+    model_trim (&l->model, op->offset, op->count);
+  }
+  answers_answered (h, op, buf, false);
+  if (!settle_now || op->kind == MOP_TRIM)
+    return true;
+  return settle (h, li, index, op, op->kind == MOP_WRITE ? "write" : "zero");
+}
+
+/* A write, zero or trim of lane li. */
+static bool
+apply_request (struct harness *h, unsigned li, size_t index,
+               const struct model_op *op)
+{
+  struct lane *l = &h->lane[li];
+  struct expect e = request_expect (h, op);
+  int r, err;
+
+  if (op->kind == MOP_WRITE)
+    pattern_fill (l->buf, op->tag, op->offset, op->count);
+  if (!e.error)
+    answers_sent (h, op);
+  r = send_request (h, l->session, op, l->buf, &err);
+  return request_answered (h, li, index, op, e, l->buf, r, err, true);
 }
 
 static bool
@@ -1680,6 +2099,7 @@ static bool
 apply_flush (struct harness *h, unsigned li, size_t index)
 {
   struct lane *l = &h->lane[li];
+  uint32_t sent = answers_flush_sent (h);
   uint64_t start = now_ns ();
   int r, err;
 
@@ -1689,13 +2109,23 @@ apply_flush (struct harness *h, unsigned li, size_t index)
   l->n.flushes++;
   if (now_ns () - start > l->n.flush_ns_max)
     l->n.flush_ns_max = now_ns () - start;
+  /* A failed FLUSH promises nothing. */
+  if (fault_allowed (h, r, err)) {
+    l->n.flushes_failed++;
+    atomic_store (&h->flush_failed, true);
+    return true;
+  }
   if (!check_result (h, li, index, "queue_flush", r, err,
                      (struct expect) { .error = false }))
     return false;
-  /* Everything this lane was answered before the flush is on the disk. */
+  l->n.flushes_after_failure += atomic_load (&h->flush_failed);
+  /* Everything this lane was answered before the flush is on the disk,
+   * and so is what every other lane was (multi-conn).
+   */
   lane_durable (h, li);
   return check_lane_landed (h, li, index, FAULT_FLUSH,
-                            "after FLUSH the backend");
+                            "after FLUSH the backend")
+    && check_answers (h, li, index, sent);
 }
 
 static bool
@@ -1757,9 +2187,9 @@ harness_apply (struct harness *h, unsigned li, const struct model_op *op)
                  MAX_IO);
   switch (op->kind) {
   case MOP_READ: ok = apply_read (h, li, index, op); break;
-  case MOP_WRITE: ok = apply_write (h, li, index, op); break;
-  case MOP_ZERO: ok = apply_zero (h, li, index, op); break;
-  case MOP_TRIM: ok = apply_trim (h, li, index, op); break;
+  case MOP_WRITE:
+  case MOP_ZERO:
+  case MOP_TRIM: ok = apply_request (h, li, index, op); break;
   case MOP_FLUSH: ok = apply_flush (h, li, index); break;
   case MOP_EXTENTS: ok = apply_extents (h, li, index, op); break;
   case MOP_CACHE: ok = apply_cache (h, li, index, op); break;
@@ -1780,15 +2210,29 @@ bool
 harness_flush_all (struct harness *h)
 {
   struct lane *l0 = &h->lane[0];
+  /* After a fault mode the first FLUSH may report a failed backend
+   * flush that lane 0's session was not told of yet; the next one must
+   * succeed, since every write goes through now.
+   */
+  unsigned tries = h->p.backend.faults ? 2 : 1;
   int r, err;
 
   if (atomic_load (&h->failed) || h->finished)
     return false;
-  errno = 0;
-  r = queue_flush (h->q, l0->session);
-  err = errno;
-  l0->n.flushes++;
-  if (!check_result (h, 0, SIZE_MAX, "queue_flush", r, err,
+  h->recovered = true;
+  test_backend_faults_off (h->tb);
+  for (unsigned t = 1;; t++) {
+    errno = 0;
+    r = queue_flush (h->q, l0->session);
+    err = errno;
+    l0->n.flushes++;
+    if (r == 0 || t == tries || !fault_allowed (h, r, err))
+      break;
+    l0->n.flushes_failed++;
+  }
+  if (!check_result (h, 0, SIZE_MAX, h->p.backend.faults
+                     ? "queue_flush after the backend recovered"
+                     : "queue_flush", r, err,
                      (struct expect) { .error = false }))
     return false;
   for (unsigned i = 0; i < h->nr_lanes; i++) {
@@ -1823,8 +2267,15 @@ check_stats (struct harness *h)
     t.zeros_ok += n->zeros_ok; t.zeros += n->zeros;
     t.trims_ok += n->trims_ok; t.trims += n->trims;
     t.flushes += n->flushes; t.fua += n->fua;
+    t.fua_failed += n->fua_failed;
+    t.write_bytes_failed += n->write_bytes_failed;
   }
   queue_stats_snapshot (h->q, &s);
+  /* A failed request may have been counted or not, and a write-back
+   * that failed is sent again, merged anew: with faults, backend bytes
+   * and merges have no upper bound.
+   */
+  uint64_t no_bound = h->p.backend.faults ? UINT64_MAX : 0;
 
   /* Refused requests may or may not be counted: [ok, tried]. */
   const struct stat_rule rules[] = {
@@ -1836,21 +2287,24 @@ check_stats (struct harness *h)
     { "zero requests", s.op[OP_ZERO].requests, t.zeros_ok, t.zeros },
     { "trim requests", s.op[OP_TRIM].requests, t.trims_ok, t.trims },
     { "write request_bytes", s.op[OP_WRITE].request_bytes,
-      t.write_bytes, t.write_bytes },
+      t.write_bytes, t.write_bytes + t.write_bytes_failed },
     /* Merging never writes a byte no request wrote. */
     { "write backend_bytes", s.op[OP_WRITE].backend_bytes,
-      0, t.write_bytes },
+      0, MAX (t.write_bytes + t.write_bytes_failed, no_bound) },
     { "flushes (FLUSH requests)", s.flushes, t.flushes, t.flushes },
-    { "fua_requests", s.fua_requests, t.fua, t.fua },
+    { "fua_requests", s.fua_requests, t.fua, t.fua + t.fua_failed },
     /* merges count requests absorbed into another's operation, and
      * unplug-thresh=1 means no merging at all (queue.h).
      */
     { "write merges", s.op[OP_WRITE].merges, 0,
-      h->p.config.unplug_thresh <= 1 ? 0 : s.op[OP_WRITE].requests },
+      h->p.config.unplug_thresh <= 1 ? 0
+      : MAX (s.op[OP_WRITE].requests, no_bound) },
     { "zero merges", s.op[OP_ZERO].merges, 0,
-      h->p.config.unplug_thresh <= 1 ? 0 : s.op[OP_ZERO].requests },
+      h->p.config.unplug_thresh <= 1 ? 0
+      : MAX (s.op[OP_ZERO].requests, no_bound) },
     { "trim merges", s.op[OP_TRIM].merges, 0,
-      h->p.config.unplug_thresh <= 1 ? 0 : s.op[OP_TRIM].requests },
+      h->p.config.unplug_thresh <= 1 ? 0
+      : MAX (s.op[OP_TRIM].requests, no_bound) },
   };
 
   for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++) {
@@ -1906,14 +2360,29 @@ check_drained (struct harness *h)
   return true;
 }
 
+/* A run in fault mode ends with the backend working again and a FLUSH
+ * that succeeds (harness_flush_all), so that the drain has nothing to
+ * give up and the comparison is exact.  queue_stop says whether it lost
+ * answered data.
+ */
 bool
 harness_finish (struct harness *h)
 {
+  int stopped;
+
   if (h->finished || h->q == NULL)
     return !atomic_load (&h->failed);
+  if (h->p.backend.faults && !h->recovered)
+    harness_flush_all (h);
   h->finished = true;
-  queue_stop (h->q);
+  /* A run that failed on the way drains with a working backend too. */
+  test_backend_faults_off (h->tb);
+  stopped = queue_stop (h->q);
   test_backend_stopped (h->tb);
+  if (stopped != 0)
+    fail (h, 0, SIZE_MAX, FAULT_DRAIN, "queue_stop says answered data was"
+          " lost: the final write-out failed, or an error was never"
+          " reported");
   if (test_backend_in_flight (h->tb) > 0)
     fail (h, 0, SIZE_MAX, FAULT_BACKEND,
           "queue_stop returned with %u backend operations in flight",
@@ -1949,6 +2418,24 @@ harness_max_flush_ns (const struct harness *h)
     if (h->lane[i].n.flush_ns_max > max)
       max = h->lane[i].n.flush_ns_max;
   return max;
+}
+
+void
+harness_tally (const struct harness *h, struct harness_tally *t)
+{
+  static const enum tb_op kinds[] = { TB_PWRITEV, TB_ZERO, TB_TRIM,
+                                      TB_FLUSH };
+
+  *t = (struct harness_tally) { 0 };
+  for (size_t i = 0; h->tb && i < sizeof kinds / sizeof kinds[0]; i++)
+    t->backend_failures += test_backend_failed (h->tb, kinds[i]);
+  for (unsigned i = 0; i < h->nr_lanes; i++) {
+    const struct lane_counts *n = &h->lane[i].n;
+
+    t->requests_failed += n->failed;
+    t->flushes_failed += n->flushes_failed;
+    t->flushes_after_failure += n->flushes_after_failure;
+  }
 }
 
 enum harness_fault
@@ -2015,6 +2502,9 @@ harness_free (struct harness *h)
     timer_service_free (h->ts);
   for (unsigned i = 0; i < h->nr_lanes; i++)
     lane_free (&h->lane[i]);
+  for (unsigned i = 0; i < h->nr_sessions; i++)
+    session_free (h->session[i]);
+  answers_free (h->answers);
   pthread_mutex_destroy (&h->lock);
   free (h);
 }
@@ -2033,6 +2523,7 @@ run_end (struct harness *h, FILE *report)
   r.ops_applied = h->lane[0].nr_ops;
   harness_queue_stats (h, &r.stats);
   r.max_flush_ns = harness_max_flush_ns (h);
+  harness_tally (h, &r.tally);
   if (r.fault != FAULT_NONE && report)
     harness_report (h, report, 40);
   harness_free (h);
