@@ -64,8 +64,39 @@ mix64 (uint64_t x)
 static const char *const op_names[MOP_KINDS] = {
   [MOP_READ] = "read", [MOP_WRITE] = "write", [MOP_ZERO] = "zero",
   [MOP_TRIM] = "trim", [MOP_FLUSH] = "flush", [MOP_EXTENTS] = "extents",
-  [MOP_CACHE] = "cache", [MOP_SLEEP] = "sleep",
+  [MOP_CACHE] = "cache", [MOP_SLEEP] = "sleep", [MOP_FUA_CUT] = "fua-cut",
 };
+
+/* Tags of a MOP_FUA_CUT's older write and cutting request: lanes number
+ * their tags from lane << 24, so these bits are free.
+ */
+#define FUA_CUT_OLDER_TAG (UINT32_C (1) << 31)
+#define FUA_CUT_NEWER_TAG (UINT32_C (1) << 30)
+
+size_t
+model_op_parts (const struct model_op *op, struct model_op *parts)
+{
+  if (op->kind != MOP_FUA_CUT) {
+    parts[0] = *op;
+    return 1;
+  }
+  /* The write in flight that holds the FUA write back, the FUA write,
+   * and the newer request that cuts it.
+   */
+  parts[0] = (struct model_op) {
+    .kind = MOP_WRITE, .flags = REQ_FUA, .offset = op->offset,
+    .count = op->count, .tag = op->tag ^ FUA_CUT_OLDER_TAG,
+  };
+  parts[1] = (struct model_op) {
+    .kind = MOP_WRITE, .flags = REQ_FUA, .offset = op->offset,
+    .count = op->count, .tag = op->tag,
+  };
+  parts[2] = (struct model_op) {
+    .kind = op->cut_kind, .offset = op->cut_offset,
+    .count = op->cut_count, .tag = op->tag ^ FUA_CUT_NEWER_TAG,
+  };
+  return 3;
+}
 
 void
 model_op_format (const struct model_op *op, char *buf, size_t len)
@@ -77,6 +108,12 @@ model_op_format (const struct model_op *op, char *buf, size_t len)
   case MOP_SLEEP:
     snprintf (buf, len, "#%" PRIu32 " sleep %" PRIu64 "us", op->tag,
               op->count);
+    return;
+  case MOP_FUA_CUT:
+    snprintf (buf, len, "#%" PRIu32 " fua-cut 0x%" PRIx64 "+%" PRIu64
+              " by %s 0x%" PRIx64 "+%" PRIu64, op->tag, op->offset,
+              op->count, op->cut_kind == MOP_ZERO ? "zero" : "write",
+              op->cut_offset, op->cut_count);
     return;
   default:
     snprintf (buf, len, "#%" PRIu32 " %s 0x%" PRIx64 "+%" PRIu64
@@ -959,6 +996,7 @@ struct lane_counts {
   uint64_t failed, fua_failed, write_bytes_failed;
   uint64_t flushes_failed;
   uint64_t flushes_after_failure;       /* succeeded after one failed */
+  uint64_t fua_cuts, fua_cuts_held;     /* MOP_FUA_CUT (harness_tally) */
 };
 
 struct lane {
@@ -1507,17 +1545,21 @@ explain_byte (const struct harness *h, const struct lane *l, uint64_t pos,
               uint8_t got, char *buf, size_t len)
 {
   for (size_t i = l->nr_ops; i-- > 0;) {
-    const struct model_op *o = &l->log[i];
-    char op[160];
+    struct model_op parts[MODEL_OP_MAX_PARTS];
 
-    if (pos < o->offset || pos >= o->offset + o->count)
-      continue;
-    if ((o->kind == MOP_WRITE && model_pattern (o->tag, pos) == got)
-        || (o->kind == MOP_ZERO && got == 0)
-        || o->kind == MOP_TRIM) {
-      model_op_format (o, op, sizeof op);
-      snprintf (buf, len, "got matches %s", op);
-      return;
+    for (size_t k = model_op_parts (&l->log[i], parts); k-- > 0;) {
+      const struct model_op *o = &parts[k];
+      char op[160];
+
+      if (pos < o->offset || pos >= o->offset + o->count)
+        continue;
+      if ((o->kind == MOP_WRITE && model_pattern (o->tag, pos) == got)
+          || (o->kind == MOP_ZERO && got == 0)
+          || o->kind == MOP_TRIM) {
+        model_op_format (o, op, sizeof op);
+        snprintf (buf, len, "got matches %s", op);
+        return;
+      }
     }
   }
   snprintf (buf, len, got == 0 ? "got matches the initial zeroes"
@@ -1529,12 +1571,17 @@ static uint32_t
 setter (const struct harness *h, const struct lane *l, uint64_t pos)
 {
   for (size_t i = l->nr_ops; i-- > 0;) {
-    const struct model_op *o = &l->log[i];
+    struct model_op parts[MODEL_OP_MAX_PARTS];
 
-    if ((o->kind == MOP_WRITE || o->kind == MOP_ZERO || o->kind == MOP_TRIM)
-        && pos >= o->offset && pos < o->offset + o->count
-        && !expect_for (h, o).error)
-      return o->tag;
+    for (size_t k = model_op_parts (&l->log[i], parts); k-- > 0;) {
+      const struct model_op *o = &parts[k];
+
+      if ((o->kind == MOP_WRITE || o->kind == MOP_ZERO
+           || o->kind == MOP_TRIM)
+          && pos >= o->offset && pos < o->offset + o->count
+          && !expect_for (h, o).error)
+        return o->tag;
+    }
   }
   return 0;
 }
@@ -2141,6 +2188,197 @@ apply_cache (struct harness *h, unsigned li, size_t index,
                        expect_for (h, op));
 }
 
+/* ------------------------------------------------------------ fua-cut */
+
+/* One request of a MOP_FUA_CUT, on a thread of its own. */
+struct side_request {
+  struct harness *h;
+  struct session *session;
+  struct model_op op;
+  struct expect e;
+  uint8_t *buf;                 /* a write's data */
+  struct test_thread thread;
+};
+
+static int
+side_request_run (void *arg)
+{
+  struct side_request *s = arg;
+  int err, r;
+
+  r = send_request (s->h, s->session, &s->op, s->buf, &err);
+  errno = err;
+  return r;
+}
+
+/* Requests of op's kind the queue has taken so far (stats). */
+static uint64_t
+requests_taken (struct harness *h, enum model_op_kind kind, bool fua)
+{
+  struct queue_stats st;
+
+  harness_queue_stats (h, &st);
+  if (fua)
+    return st.fua_requests;
+  return st.op[kind == MOP_ZERO ? OP_ZERO : OP_WRITE].requests;
+}
+
+/* Whether the first write that reached the backend's gate since the
+ * first `before` writes covers [offset, offset + count).
+ */
+static bool
+gate_holds_range (struct harness *h, uint64_t before, uint64_t offset,
+                  uint64_t count)
+{
+  struct tb_call *calls = calloc (before + 1, sizeof *calls);
+  bool covers = false;
+
+  if (calls && test_backend_calls (h->tb, TB_PWRITEV, calls, before + 1)
+      > before) {
+    const struct tb_call *c = &calls[before];
+
+    covers = c->offset <= offset && c->offset + c->count >= offset + count;
+  }
+  free (calls);
+  return covers;
+}
+
+/* The three requests' answers, oldest first, into the lane's model. */
+static bool
+fua_cut_answers (struct harness *h, unsigned li, size_t index,
+                 struct side_request *side, size_t n)
+{
+  bool ok = true;
+
+  for (size_t i = 0; ok && i < n; i++)
+    /* Only the newest one's promise still stands as it was made: the
+     * older write's bytes are all newer now, and the FUA write's
+     * promise is checked as it stood when it was answered.
+     */
+    ok = request_answered (h, li, index, &side[i].op, side[i].e,
+                           side[i].buf, side[i].thread.result,
+                           side[i].thread.err, i + 1 == n);
+  return ok;
+}
+
+/* Sends the three requests of a MOP_FUA_CUT: the older write, held at
+ * the backend's gate; the FUA write, queued behind it; the newer
+ * request that cuts the FUA write in the queue; then opens the gate.
+ * Sets *held when the older write was the one the gate held.  False
+ * when one of them did not get as far in time (gate open again).
+ */
+static bool
+fua_cut_send (struct harness *h, struct side_request *side, bool *held)
+{
+  const struct model_op *older = &side[0].op, *cut = &side[2].op;
+  uint64_t entered = test_backend_entered (h->tb, TB_PWRITEV);
+  uint64_t fua_before = requests_taken (h, MOP_WRITE, true);
+  /* The older write and the FUA write count too if the cut writes. */
+  uint64_t cut_before = requests_taken (h, cut->kind, false)
+    + (cut->kind == MOP_WRITE ? 2 : 0);
+  bool ok;
+
+  test_backend_block (h->tb, TB_PWRITEV);
+  ok = test_thread_start (&side[0].thread, side_request_run, &side[0]) == 0
+    && TEST_WAIT_FOR (test_backend_entered (h->tb, TB_PWRITEV) > entered);
+  *held = ok && gate_holds_range (h, entered, older->offset, older->count);
+  ok = ok
+    && test_thread_start (&side[1].thread, side_request_run, &side[1]) == 0
+    && TEST_WAIT_FOR (requests_taken (h, MOP_WRITE, true) >= fua_before + 2)
+    && test_thread_start (&side[2].thread, side_request_run, &side[2]) == 0
+    && TEST_WAIT_FOR (requests_taken (h, cut->kind, false) > cut_before);
+  test_backend_release (h->tb, TB_PWRITEV);
+  return ok;
+}
+
+/* MOP_FUA_CUT: a FUA write waits in the queue behind an older write over
+ * its bytes that the backend's gate holds in flight, and a newer write
+ * or zero cuts part of it there (front, back or middle).  When the FUA
+ * write is answered its whole range must be durable, holding it and the
+ * newer request's bytes: where its pieces go out with FUA (a backend
+ * whose writes carry it) the newer one may go out without, so only a
+ * backend flush after that keeps the promise (piece_cut, issue 39).
+ * The backend is read the moment the FUA write is answered; the three
+ * answers go into the model once all are in, oldest first.  One lane
+ * only: the gate holds every lane's writes.
+ */
+static bool
+apply_fua_cut (struct harness *h, unsigned li, size_t index,
+               const struct model_op *op)
+{
+  struct lane *l = &h->lane[li];
+  struct model_op parts[MODEL_OP_MAX_PARTS];
+  struct side_request side[MODEL_OP_MAX_PARTS];
+  size_t n = model_op_parts (op, parts);
+  /* What the backend held when the FUA write was answered (the lane's
+   * scratch serves the other requests' checks).
+   */
+  uint8_t *held_data = malloc (op->count), *held_dirty = malloc (op->count);
+  bool ok = true, held = false;
+
+  if (h->nr_lanes > 1)
+    return fail (h, li, index, FAULT_SETUP, "fua-cut holds every write at"
+                 " the gate: one lane only");
+  if (op->cut_offset < op->offset || op->cut_count == 0
+      || op->cut_offset + op->cut_count > op->offset + op->count
+      || (op->cut_kind != MOP_WRITE && op->cut_kind != MOP_ZERO))
+    return fail (h, li, index, FAULT_SETUP, "fua-cut: the cut must be a"
+                 " write or zero inside the FUA write");
+  if (held_data == NULL || held_dirty == NULL)
+    ok = fail (h, li, index, FAULT_SETUP, "out of memory");
+  for (size_t i = 0; i < n; i++) {
+    side[i] = (struct side_request) {
+      .h = h, .session = l->session, .op = parts[i],
+      .e = request_expect (h, &parts[i]), .thread = TEST_THREAD_INIT,
+    };
+    if (side[i].e.error)
+      ok = fail (h, li, index, FAULT_SETUP, "fua-cut: the backend refuses"
+                 " a range of it");
+    if (parts[i].kind == MOP_WRITE
+        && (side[i].buf = malloc (parts[i].count)) != NULL)
+      pattern_fill (side[i].buf, parts[i].tag, parts[i].offset,
+                    parts[i].count);
+    else if (parts[i].kind == MOP_WRITE)
+      ok = fail (h, li, index, FAULT_SETUP, "out of memory");
+  }
+  if (ok && !fua_cut_send (h, side, &held))
+    ok = fail (h, li, index, FAULT_RESULT, "fua-cut: a request did not"
+               " reach the backend or the queue within %d ms",
+               TB_TIMEOUT_MS);
+  /* The FUA write's answer, and what the backend held right then. */
+  if (ok && !test_thread_wait (&side[1].thread))
+    ok = fail (h, li, index, FAULT_RESULT, "fua-cut: the FUA write was not"
+               " answered within %d ms", TB_TIMEOUT_MS);
+  if (ok) {
+    test_backend_dirty (h->tb, held_dirty, op->count, op->offset);
+    if (test_backend_read (h->tb, held_data, op->count, op->offset) == -1)
+      ok = fail (h, li, index, FAULT_SETUP, "backend pread: %m");
+  }
+  for (size_t i = 0; i < n; i++)
+    if (ok && !test_thread_wait (&side[i].thread))
+      ok = fail (h, li, index, FAULT_RESULT, "fua-cut: a request was not"
+                 " answered within %d ms", TB_TIMEOUT_MS);
+  if (!ok)
+    test_backend_release_all (h->tb);
+  for (size_t i = 0; i < n; i++)
+    test_thread_join (&side[i].thread);
+  ok = ok && fua_cut_answers (h, li, index, side, n);
+  if (ok && side[1].thread.result == 0) {
+    model_landed (&l->model, op->offset, op->count, true);
+    ok = check_landed_bytes (h, li, index, op->offset, op->count,
+                             held_data, held_dirty, FAULT_FUA, "when a FUA"
+                             " write cut in the queue was answered, the"
+                             " backend");
+  }
+  l->n.fua_cuts++;
+  l->n.fua_cuts_held += held;
+  for (size_t i = 0; i < n; i++)
+    free (side[i].buf);
+  free (held_data);
+  free (held_dirty);
+  return ok;
+}
+
 static int
 log_append (struct lane *l, const struct model_op *op)
 {
@@ -2181,7 +2419,8 @@ harness_apply (struct harness *h, unsigned li, const struct model_op *op)
     return fail (h, li, index, FAULT_SETUP, "out of memory for the op log");
   if (h->p.verbose)
     print_op (h, li, op);
-  if ((op->kind == MOP_READ || op->kind == MOP_WRITE) && op->count > MAX_IO)
+  if ((op->kind == MOP_READ || op->kind == MOP_WRITE
+       || op->kind == MOP_FUA_CUT) && op->count > MAX_IO)
     return fail (h, li, index, FAULT_SETUP,
                  "ops larger than %" PRIu64 " bytes do not fit the harness",
                  MAX_IO);
@@ -2194,6 +2433,7 @@ harness_apply (struct harness *h, unsigned li, const struct model_op *op)
   case MOP_EXTENTS: ok = apply_extents (h, li, index, op); break;
   case MOP_CACHE: ok = apply_cache (h, li, index, op); break;
   case MOP_SLEEP: test_sleep_us (op->count); break;
+  case MOP_FUA_CUT: ok = apply_fua_cut (h, li, index, op); break;
   default: abort ();
   }
   if (ok && (index + 1) % LANDED_CHECK_EVERY == 0)
@@ -2435,6 +2675,8 @@ harness_tally (const struct harness *h, struct harness_tally *t)
     t->requests_failed += n->failed;
     t->flushes_failed += n->flushes_failed;
     t->flushes_after_failure += n->flushes_after_failure;
+    t->fua_cuts += n->fua_cuts;
+    t->fua_cuts_held += n->fua_cuts_held;
   }
 }
 

@@ -62,6 +62,11 @@
  * flight at once.  A FLUSH on any lane covers what every lane was
  * answered before it was sent (multi-conn): a record of every lane's
  * answers on one clock is checked against the backend after each.
+ *
+ * A scripted op, MOP_FUA_CUT, holds an older write at the backend's gate,
+ * queues a FUA write behind it and cuts that in the queue with a newer
+ * write or zero: the FUA write's answer must find its whole range
+ * durable, with the newer bytes (issue 39).
  */
 #ifndef PLUGQ_TESTS_MODEL_H
 #define PLUGQ_TESTS_MODEL_H
@@ -85,6 +90,10 @@ enum model_op_kind {
   MOP_EXTENTS,
   MOP_CACHE,
   MOP_SLEEP,                    /* lets unplug timers fire between ops */
+  /* A FUA write held in the queue and cut there (harness_apply): three
+   * requests at once, on threads of their own.  Scripted cases only.
+   */
+  MOP_FUA_CUT,
   MOP_KINDS
 };
 
@@ -94,7 +103,19 @@ struct model_op {
   uint64_t offset;
   uint64_t count;               /* bytes; microseconds for MOP_SLEEP */
   uint32_t tag;                 /* names the op and seeds a write's data */
+  /* MOP_FUA_CUT: the newer request that cuts the FUA write, a MOP_WRITE
+   * or MOP_ZERO of [cut_offset, cut_offset + cut_count) inside it.
+   */
+  enum model_op_kind cut_kind;
+  uint64_t cut_offset, cut_count;
 };
+
+/* The requests op sends, oldest first, into parts (room for
+ * MODEL_OP_MAX_PARTS): op itself, or a MOP_FUA_CUT's three writes.
+ * Their tags differ.  Returns how many.
+ */
+#define MODEL_OP_MAX_PARTS 3
+size_t model_op_parts (const struct model_op *, struct model_op *parts);
 
 /* "write 0x1000+512 fua" */
 void model_op_format (const struct model_op *, char *buf, size_t len);
@@ -359,7 +380,8 @@ void harness_lane_generator (struct harness *, unsigned lane,
                              struct op_generator *);
 
 /* Applies op through the queue and to lane's model and checks it.  Safe
- * to call from one thread per lane.  False once the lane has failed.
+ * to call from one thread per lane (MOP_FUA_CUT: of a harness with one
+ * lane).  False once the lane has failed.
  */
 bool harness_apply (struct harness *, unsigned lane, const struct model_op *);
 
@@ -400,8 +422,8 @@ void harness_queue_stats (const struct harness *, struct queue_stats *);
 /* The slowest FLUSH any lane saw (after the lanes are done). */
 uint64_t harness_max_flush_ns (const struct harness *);
 
-/* What a run's fault mode did, over every lane (a test that tells what
- * it covered reads it after the lanes are done).
+/* What a run's fault mode and MOP_FUA_CUT ops did, over every lane (a
+ * test that tells what it covered reads it after the lanes are done).
  */
 struct harness_tally {
   uint64_t backend_failures;    /* calls the backend failed on purpose */
@@ -409,6 +431,9 @@ struct harness_tally {
   uint64_t flushes_failed;      /* FLUSHes answered -1 */
   uint64_t flushes_after_failure;       /* FLUSHes that succeeded after
                                          * one had failed */
+  uint64_t fua_cuts;            /* MOP_FUA_CUT ops */
+  uint64_t fua_cuts_held;       /* ... whose FUA write waited behind the
+                                 * older write held at the gate */
 };
 
 void harness_tally (const struct harness *, struct harness_tally *);
