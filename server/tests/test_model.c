@@ -7,7 +7,8 @@
  * size and backend properties, so the seeds sweep the configurations too.
  * A quarter of the seeds run on a backend that fails now and then
  * (model.h, fault mode).  Then a few hand-written sequences for the
- * classic ordering traps; a multi-threaded run where clients in disjoint
+ * classic ordering traps, among them FUA writes cut while they wait in
+ * the queue (issue 39); a multi-threaded run where clients in disjoint
  * regions share one queue, and one where eight clients write interleaved
  * stripes of one disk on an asynchronous backend, so that waiting writes
  * continue each other's writes in flight and are held behind the busy
@@ -369,6 +370,10 @@ struct step {
   int64_t offset;
   uint64_t count;
   unsigned flags;
+  /* MOP_FUA_CUT: the newer request that cuts the FUA write. */
+  enum model_op_kind cut_kind;
+  int64_t cut_offset;
+  uint64_t cut_count;
 };
 
 struct scenario {
@@ -385,6 +390,12 @@ struct scenario {
 #define T(o, n) STEP (MOP_TRIM, (o), (n), 0)
 #define X(o, n) STEP (MOP_EXTENTS, (o), (n), 0)
 #define F STEP (MOP_FLUSH, 0, 0, 0)
+/* A FUA write of [o, o + n) held behind an older write in flight, cut
+ * by a newer k (MOP_WRITE or MOP_ZERO) of [co, co + cn) in the queue.
+ */
+#define FC(o, n, k, co, cn) \
+  { .kind = MOP_FUA_CUT, .offset = (o), .count = (n), .flags = REQ_FUA, \
+    .cut_kind = (k), .cut_offset = (co), .cut_count = (cn) }
 #define END STEP (MOP_KINDS, 0, 0, 0)
 
 static const struct scenario scenarios[] = {
@@ -427,6 +438,22 @@ static const struct scenario scenarios[] = {
     { W (0, 65536), Z (0, 4096, REQ_MAY_TRIM), Z (4096, 4096, 0),
       Z (8192, 4096, REQ_MAY_TRIM), X (0, 65536), R (0, 65536), F,
       X (0, 65536), R (0, 65536), END } },
+  /* Issue 39: its pieces went out with FUA and it was answered, while
+   * the zero in its middle went out without; a power cut could leave
+   * neither there.  A FLUSH after each leaves the queue empty for the
+   * next, so that its older write is the one the gate holds.
+   */
+  { "a waiting FUA write cut in the middle by a zero, then by a write", 0,
+    { FC (0, 12288, MOP_ZERO, 4096, 4096), F, R (0, 12288),
+      FC (65536, 12288, MOP_WRITE, 69632, 4096), F, R (65536, 12288),
+      FC (131072, 10000, MOP_WRITE, 133000, 100), F, R (131072, 10000),
+      END } },
+  { "a waiting FUA write cut at the front and at the back", 0,
+    { FC (0, 12288, MOP_ZERO, 0, 4096), F,
+      FC (65536, 12288, MOP_ZERO, 73728, 4096), F,
+      FC (131072, 12288, MOP_WRITE, 131072, 4096), F,
+      FC (196608, 12288, MOP_WRITE, 204800, 4096), F,
+      R (0, 262144), END } },
 };
 
 #undef R
@@ -436,6 +463,7 @@ static const struct scenario scenarios[] = {
 #undef T
 #undef X
 #undef F
+#undef FC
 #undef END
 #undef STEP
 
@@ -448,19 +476,24 @@ scenario_ops (const struct scenario *sc, uint64_t size, struct model_op *ops)
     ops[n] = (struct model_op) {
       .kind = s->kind, .flags = s->flags, .count = s->count,
       .offset = s->offset < 0 ? size + s->offset : (uint64_t) s->offset,
-      .tag = n + 1,
+      .tag = n + 1, .cut_kind = s->cut_kind, .cut_count = s->cut_count,
+      .cut_offset = s->cut_offset < 0 ? size + s->cut_offset
+      : (uint64_t) s->cut_offset,
     };
   return n;
 }
 
 /* Long plugs keep every request queued until a trigger; short ones let
  * the timer race the requests, and an asynchronous backend completes
- * them out of order.  Defaults otherwise, whole memory disk.
+ * them out of order, with FUA or without (its batches carry FUA, as an
+ * NBD backend's to a server with FUA).  Defaults otherwise, whole
+ * memory disk.
  */
-enum variant { LONG_PLUG, SHORT_PLUG, ASYNC_BACKEND, VARIANTS };
+enum variant { LONG_PLUG, SHORT_PLUG, ASYNC_BACKEND, ASYNC_FUA, VARIANTS };
 
 static const char *const variant_names[VARIANTS] = {
-  "long plugs", "short plugs", "short plugs, async backend"
+  "long plugs", "short plugs", "short plugs, async backend",
+  "short plugs, async backend with FUA",
 };
 
 static void
@@ -477,8 +510,9 @@ scenario_params (const struct group *g, const struct scenario *sc,
   p->config.unplug_thresh = v == LONG_PLUG ? 1000 : 4;
   p->config.unplug_delay_ns = v == LONG_PLUG && g->ack == ACK_QUEUED
     ? 1 * SEC : 100 * US;
-  if (v == ASYNC_BACKEND)
+  if (v == ASYNC_BACKEND || v == ASYNC_FUA)
     p->backend.async = 4;
+  p->backend.fua = v == ASYNC_FUA;
 }
 
 static void
@@ -499,7 +533,14 @@ run_scenario (const struct scenario *sc)
       watch ("scenario \"%s\" %s", sc->name, groups[gi].name);
       runs++;
       r = run_ops (&p, ops, n, stdout);
-      if (r.fault != FAULT_NONE) {
+      /* Each fua-cut must have held its FUA write behind the older
+       * write in flight, or it tested something else.
+       */
+      if (r.fault == FAULT_NONE && r.tally.fua_cuts_held < r.tally.fua_cuts)
+        printf ("# only %" PRIu64 " of %" PRIu64 " fua-cuts had their FUA"
+                " write wait behind the older write the gate held\n",
+                r.tally.fua_cuts_held, r.tally.fua_cuts);
+      if (r.fault != FAULT_NONE || r.tally.fua_cuts_held < r.tally.fua_cuts) {
         engine_log_print ();
         printf ("# ... in %s with %s\n", groups[gi].name, variant_names[v]);
         failures++;
