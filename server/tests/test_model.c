@@ -16,7 +16,8 @@
  * and merged waiting writes in the queue's counters.  Then every seed in
  * fault mode, with one client and with four on two sessions, each group
  * showing failed requests, failed FLUSHes and FLUSHes that succeeded
- * after.
+ * after; and the errseq rule's cases, with a failing backend flush held
+ * at the gate while a second request arrives.
  *
  * Environment:
  *   PLUGQ_MODEL_SEEDS=N      seeds in all, shared out among the four
@@ -58,6 +59,7 @@
 #include "fixtures.h"
 #include "model.h"
 #include "queue/queue.h"
+#include "queue/session.h"
 #include "tap.h"
 
 #define KiB (UINT64_C (1024))
@@ -846,6 +848,162 @@ run_striped_group (const struct group *g, const struct stripe_mode *m)
           held, merged, test_now_s () - t0);
 }
 
+/* ------------------------------------------------------------ error marks */
+
+/* The errseq rule (queue_flush.c, issue 39): a failed backend flush
+ * fails every FLUSH and FUA that a session had sent before the failure
+ * was reported to that session, however many it has in flight; only
+ * one sent after that may succeed, and every other session hears of the
+ * failure on its next FLUSH.  The memory backend loses nothing when its
+ * flush fails, so the model cannot see a FLUSH that succeeds over such
+ * a failure; and a client's requests arrive in an order no harness can
+ * observe.  So these cases hold the failing backend flush at the gate
+ * until a second request has arrived, then let it fail.
+ */
+enum second_request {
+  SECOND_FLUSH,                 /* a FLUSH of the same session */
+  SECOND_FUA,                   /* a FUA write of the same session */
+  SECOND_OTHER,                 /* a FLUSH of another session */
+  SECOND_KINDS
+};
+
+static const char *const second_names[SECOND_KINDS] = {
+  "a second FLUSH of the same connection",
+  "a FUA write of the same connection",
+  "a FLUSH of another connection",
+};
+
+struct mark_job {
+  struct queue *q;
+  struct session *s;
+  bool fua_write;               /* else a FLUSH */
+};
+
+static int
+mark_job_run (void *arg)
+{
+  struct mark_job *j = arg;
+
+  if (j->fua_write)
+    return test_write_fill (j->q, j->s, 'f', 4096, 64 * KiB, REQ_FUA);
+  return queue_flush (j->q, j->s);
+}
+
+/* Whether the request started by second has arrived at the queue: it
+ * took its session's error mark in the same hold of the queue lock.
+ */
+static bool
+second_arrived (struct queue *q, enum second_request second)
+{
+  struct queue_stats st = test_stats (q);
+
+  return second == SECOND_FUA ? st.fua_requests >= 1 : st.flushes >= 2;
+}
+
+/* A FLUSH through s, as it must be answered: ok, or failing with EIO. */
+static bool
+flush_answers (struct queue *q, struct session *s, bool ok,
+               const char *what)
+{
+  int r, err;
+
+  errno = 0;
+  r = queue_flush (q, s);
+  err = errno;
+  if (ok ? r == 0 : r == -1 && err == EIO)
+    return true;
+  printf ("# %s returned %d (%s), expected %s\n", what, r,
+          r ? strerror (err) : "success", ok ? "success" : "EIO");
+  return false;
+}
+
+/* A thread's request answered as it must be: failing with EIO. */
+static bool
+failed_with_eio (struct test_thread *t, const char *what)
+{
+  if (!test_thread_wait (t)) {
+    printf ("# %s was not answered within %d ms\n", what, TB_TIMEOUT_MS);
+    return false;
+  }
+  if (t->result == -1 && t->err == EIO)
+    return true;
+  printf ("# %s returned %d (%s), expected EIO\n", what, t->result,
+          t->result ? strerror (t->err) : "success");
+  return false;
+}
+
+/* Session a's FLUSH waits on a backend flush that the gate holds and
+ * that fails; second arrives meanwhile; then the gate opens.
+ */
+static bool
+error_mark_case (unsigned async, enum second_request second)
+{
+  struct queue_config cfg = test_config (100 * US, 4);
+  struct test_thread t1 = TEST_THREAD_INIT, t2 = TEST_THREAD_INIT;
+  struct session *a = NULL, *b = NULL;
+  struct mark_job j1, j2;
+  struct test_rig r;
+  bool ok;
+
+  cfg.elevator = &elevator_deadline;
+  ok = test_rig_one (&r, &cfg, 1 * MiB, async, 0)
+    && (a = session_new ()) != NULL && (b = session_new ()) != NULL;
+  j1 = (struct mark_job) { .q = r.d[0].q, .s = a };
+  j2 = (struct mark_job) { .q = r.d[0].q, .s = second == SECOND_OTHER ? b : a,
+                           .fua_write = second == SECOND_FUA };
+  /* An answered write for the flushes to cover. */
+  ok = ok && test_write_fill (r.d[0].q, a, 'w', 4096, 0, 0) == 0;
+  if (ok) {
+    test_backend_block (r.d[0].tb, TB_FLUSH);
+    test_backend_fail (r.d[0].tb, TB_FLUSH, 1, EIO);
+  }
+  ok = ok && test_thread_start (&t1, mark_job_run, &j1) == 0
+    && test_backend_wait_entered (r.d[0].tb, TB_FLUSH, 1)
+    && test_thread_start (&t2, mark_job_run, &j2) == 0
+    && TEST_WAIT_FOR (second_arrived (r.d[0].q, second));
+  if (r.n)
+    test_backend_release (r.d[0].tb, TB_FLUSH);
+  ok = ok && failed_with_eio (&t1, "the FLUSH whose backend flush failed");
+  /* It arrived before the failure was reported to its session. */
+  ok = ok && failed_with_eio (&t2, second_names[second]);
+  /* Told now: a FLUSH sent after the answers succeeds on either
+   * session (b was told by the second request, or is told once now).
+   */
+  ok = ok && flush_answers (r.d[0].q, a, true, "a FLUSH sent after them");
+  if (ok && second != SECOND_OTHER)
+    ok = flush_answers (r.d[0].q, b, false, "another connection's first"
+                        " FLUSH after the failure");
+  ok = ok && flush_answers (r.d[0].q, b, true, "another connection's"
+                            " FLUSH after it was told");
+  test_rig_stop (&r);
+  test_thread_join (&t1);
+  test_thread_join (&t2);
+  session_free (a);
+  session_free (b);
+  return ok;
+}
+
+static void
+run_error_marks (void)
+{
+  for (enum second_request k = 0; k < SECOND_KINDS; k++) {
+    double t0 = test_now_s ();
+    bool ok = true;
+
+    for (unsigned async = 0; async <= 4; async += 4) {
+      watch ("error marks: %s, async %u", second_names[k], async);
+      if (!error_mark_case (async, k)) {
+        printf ("# ... on a%s backend\n", async ? "n asynchronous"
+                : " synchronous");
+        ok = false;
+      }
+    }
+    tap_ok (ok, "error marks: a backend flush fails while %s waits: both"
+            " fail, and only a FLUSH sent after succeeds (%.1f s)",
+            second_names[k], test_now_s () - t0);
+  }
+}
+
 /* ------------------------------------------------------------ replays */
 
 static int
@@ -944,7 +1102,8 @@ main (void)
                         getenv ("PLUGQ_MODEL_GROUP"));
 
   tap_plan (NR_GROUPS * ((opt.seeds + BATCH - 1) / BATCH) + nr_scenarios
-            + NR_GROUPS + NR_GROUPS * NR_STRIPE_MODES + 2 * NR_GROUPS);
+            + NR_GROUPS + NR_GROUPS * NR_STRIPE_MODES + 2 * NR_GROUPS
+            + SECOND_KINDS);
   printf ("# %" PRIu64 " seeds per (elevator, ack) pair from %" PRIu64
           ", %" PRIu64 " ops each; replay one with PLUGQ_MODEL_SEED=N\n",
           opt.seeds, opt.first_seed, opt.ops);
@@ -961,5 +1120,6 @@ main (void)
     run_fault_group (&groups[gi]);
   for (size_t gi = 0; gi < NR_GROUPS; gi++)
     run_fault_threaded_group (&groups[gi]);
+  run_error_marks ();
   return tap_done ();
 }
