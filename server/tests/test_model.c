@@ -21,8 +21,9 @@
  *
  * Environment:
  *   PLUGQ_MODEL_SEEDS=N      seeds in all, shared out among the four
- *                            (elevator, ack) pairs (default 160: about
- *                            20 s in all under AddressSanitizer)
+ *                            (elevator, ack) pairs, and scaling the
+ *                            fault groups (default 160: about 35 s in
+ *                            all under AddressSanitizer)
  *   PLUGQ_MODEL_FIRST_SEED=N first seed (default 0)
  *   PLUGQ_MODEL_OPS=N        ops per seed, and per client of the
  *                            threaded runs (default 300)
