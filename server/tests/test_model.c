@@ -194,6 +194,7 @@ watchdog (void *arg)
       printf ("# watchdog: no op finished for %u s in %s"
               " (replay it with PLUGQ_MODEL_VERBOSE=1 to see the op)\n",
               idle, watch_what);
+      engine_log_print ();
       fflush (stdout);
       abort ();
     }
