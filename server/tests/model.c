@@ -64,8 +64,39 @@ mix64 (uint64_t x)
 static const char *const op_names[MOP_KINDS] = {
   [MOP_READ] = "read", [MOP_WRITE] = "write", [MOP_ZERO] = "zero",
   [MOP_TRIM] = "trim", [MOP_FLUSH] = "flush", [MOP_EXTENTS] = "extents",
-  [MOP_CACHE] = "cache", [MOP_SLEEP] = "sleep",
+  [MOP_CACHE] = "cache", [MOP_SLEEP] = "sleep", [MOP_FUA_CUT] = "fua-cut",
 };
+
+/* Tags of a MOP_FUA_CUT's older write and cutting request: lanes number
+ * their tags from lane << 24, so these bits are free.
+ */
+#define FUA_CUT_OLDER_TAG (UINT32_C (1) << 31)
+#define FUA_CUT_NEWER_TAG (UINT32_C (1) << 30)
+
+size_t
+model_op_parts (const struct model_op *op, struct model_op *parts)
+{
+  if (op->kind != MOP_FUA_CUT) {
+    parts[0] = *op;
+    return 1;
+  }
+  /* The write in flight that holds the FUA write back, the FUA write,
+   * and the newer request that cuts it.
+   */
+  parts[0] = (struct model_op) {
+    .kind = MOP_WRITE, .flags = REQ_FUA, .offset = op->offset,
+    .count = op->count, .tag = op->tag ^ FUA_CUT_OLDER_TAG,
+  };
+  parts[1] = (struct model_op) {
+    .kind = MOP_WRITE, .flags = REQ_FUA, .offset = op->offset,
+    .count = op->count, .tag = op->tag,
+  };
+  parts[2] = (struct model_op) {
+    .kind = op->cut_kind, .offset = op->cut_offset,
+    .count = op->cut_count, .tag = op->tag ^ FUA_CUT_NEWER_TAG,
+  };
+  return 3;
+}
 
 void
 model_op_format (const struct model_op *op, char *buf, size_t len)
@@ -77,6 +108,12 @@ model_op_format (const struct model_op *op, char *buf, size_t len)
   case MOP_SLEEP:
     snprintf (buf, len, "#%" PRIu32 " sleep %" PRIu64 "us", op->tag,
               op->count);
+    return;
+  case MOP_FUA_CUT:
+    snprintf (buf, len, "#%" PRIu32 " fua-cut 0x%" PRIx64 "+%" PRIu64
+              " by %s 0x%" PRIx64 "+%" PRIu64, op->tag, op->offset,
+              op->count, op->cut_kind == MOP_ZERO ? "zero" : "write",
+              op->cut_offset, op->cut_count);
     return;
   default:
     snprintf (buf, len, "#%" PRIu32 " %s 0x%" PRIx64 "+%" PRIu64
@@ -188,6 +225,12 @@ model_trim (struct model *m, uint64_t offset, uint64_t count)
 
   memset (&m->data[j], 0, count);
   memset (&m->state[j], MODEL_DONTCARE, count);
+}
+
+void
+model_unspecified (struct model *m, uint64_t offset, uint64_t count)
+{
+  model_trim (m, offset, count);
 }
 
 #define BYTES_OF(b) (UINT64_C (0x0101010101010101) * (b))
@@ -797,6 +840,12 @@ choose_params (struct harness_params *p, struct byte_source *src,
   p->backend.writes_to_memory = !p->backend.async && !p->backend.min_block
     && (b & 1);
   c->bypass = (b & 6) != 0;
+  /* One run in four on a backend that fails now and then, from bits no
+   * other choice reads, so that every other choice and every op of a
+   * seed or fuzzer input stay what they were.
+   */
+  if ((b & 0x18) == 0x18)
+    p->backend.faults = 1 + (b >> 5) % HARNESS_FAULT_LEVELS;
 }
 
 void
@@ -897,7 +946,8 @@ harness_params_format (const struct harness_params *p, char *buf,
             " disk=%" PRIu64 " lanes=%u"
             " backend=%s trim=%s fast-zero=%s max-write=%s max-iov=%d"
             " minimum=%" PRIu32
-            " min-block=%" PRIu32 " async=%u%s%s writers=%u stripe=%s%s%s",
+            " min-block=%" PRIu32 " async=%u%s%s writers=%u stripe=%s"
+            " sessions=%u faults=%u%s%s",
             c->elevator->name,
             c->ack == ACK_QUEUED ? "queued" : "dispatched",
             c->unplug_thresh,
@@ -917,6 +967,7 @@ harness_params_format (const struct harness_params *p, char *buf,
             p->backend.async && p->backend.steady ? "+steady" : "",
             p->backend.writers,
             p->stripe ? human_bytes (p->stripe, b[5], sizeof b[5]) : "none",
+            p->sessions, p->backend.faults,
             p->backend.writes_to_memory ? " writes-to-memory" : "",
             c->bypass ? "" : " bypass=never");
 }
@@ -939,17 +990,52 @@ struct lane_counts {
   uint64_t trims_ok, trims;
   uint64_t flushes, fua;
   uint64_t flush_ns_max;        /* slowest FLUSH answer */
+  /* Fault mode: requests answered with an error, those of them that
+   * were FUA, and the bytes of the writes among them.
+   */
+  uint64_t failed, fua_failed, write_bytes_failed;
+  uint64_t flushes_failed;
+  uint64_t flushes_after_failure;       /* succeeded after one failed */
+  uint64_t fua_cuts, fua_cuts_held;     /* MOP_FUA_CUT (harness_tally) */
 };
 
 struct lane {
   uint64_t lo, hi;
-  struct session *session;
+  struct session *session;      /* the harness's, maybe shared */
   struct model model;
   struct model_op *log;         /* every op applied, in order */
   size_t nr_ops, cap;
   uint8_t *buf;                 /* MAX_IO bytes of scratch */
   uint8_t *dirty;               /* and MAX_IO more for the dirty map */
   struct lane_counts n;
+};
+
+/* What every lane was answered, on one clock, for the rule that a
+ * FLUSH on any connection covers the writes answered on every
+ * connection before it arrived (multi-conn).  Each lane keeps to its own
+ * bytes, so each byte's record changes only on its lane's thread; all
+ * of it is read, and written, under lock.  Per byte of the disk: want,
+ * what the newest request there left, and loose, whether it may hold
+ * anything (trimmed, or the request failed).  Per granule of
+ * ANSWER_GRANULE bytes: since, the clock when the newest request that
+ * touched it was answered (ANSWER_PENDING while one is on its way).  A
+ * FLUSH takes the clock when it is sent; once it succeeds, every byte
+ * whose granule's newest request was answered before then must be on the
+ * backend, as it was left, and durable.  A granule touched by a newer
+ * request is left alone as a whole: a little less checked, never a byte
+ * checked that a newer request may change (a lane's requests come one at
+ * a time, and no two lanes share a granule).
+ */
+#define ANSWER_PENDING UINT32_MAX
+#define ANSWER_GRANULE 64
+
+struct answers {
+  pthread_mutex_t lock;
+  uint32_t clock;
+  uint32_t *since;              /* per granule */
+  uint8_t *want;
+  uint8_t *loose;
+  uint8_t *buf, *dirty;         /* ANSWER_CHUNK bytes of scratch each */
 };
 
 struct harness {
@@ -959,7 +1045,12 @@ struct harness {
   struct queue *q;
   unsigned nr_lanes;
   struct lane lane[HARNESS_MAX_LANES];
+  unsigned nr_sessions;
+  struct session *session[HARNESS_MAX_LANES];
+  struct answers *answers;      /* several lanes only */
   _Atomic uint64_t stream_front;  /* striped lanes' generators share it */
+  _Atomic bool flush_failed;    /* a FLUSH on any lane failed */
+  bool recovered;               /* the fault mode is over */
   bool finished;
 
   pthread_mutex_t lock;         /* the fault record and verbose output */
@@ -1096,6 +1187,52 @@ make_async (struct test_backend *tb, const struct backend_params *bp)
   return 0;
 }
 
+/* How a backend in fault mode fails (backend_params.faults - 1): short
+ * outages where everything fails; a flaky backend failing half the
+ * calls of long stretches; long outages; and a mostly healthy one whose
+ * flushes fail often.  Stretches count writes, zeroes and trims: a run
+ * of 300 ops makes a hundred or more.
+ */
+static const struct tb_faults fault_levels[HARNESS_FAULT_LEVELS] = {
+  { .healthy_calls = 48, .failing_calls = 8, .fail_percent = 100,
+    .flush_percent = 5 },
+  { .healthy_calls = 32, .failing_calls = 32, .fail_percent = 50,
+    .flush_percent = 10 },
+  { .healthy_calls = 16, .failing_calls = 64, .fail_percent = 100,
+    .flush_percent = 0 },
+  { .healthy_calls = 96, .failing_calls = 16, .fail_percent = 25,
+    .flush_percent = 25 },
+};
+
+/* The fault mode the run asks for, seeded by its knobs. */
+static void
+start_faults (struct harness *h)
+{
+  const struct queue_config *c = &h->p.config;
+  struct tb_faults f;
+
+  if (h->p.backend.faults == 0)
+    return;
+  f = fault_levels[(h->p.backend.faults - 1) % HARNESS_FAULT_LEVELS];
+  f.seed = mix64 (h->p.disk_size ^ c->unplug_delay_ns ^ c->max_merge
+                  ^ ((uint64_t) c->unplug_thresh << 40)
+                  ^ ((uint64_t) h->p.backend.faults << 56));
+  test_backend_faults (h->tb, &f);
+}
+
+/* Calls the backend failed on purpose so far. */
+static uint64_t
+backend_failures (struct harness *h)
+{
+  static const enum tb_op kinds[] = { TB_PWRITEV, TB_ZERO, TB_TRIM,
+                                      TB_FLUSH };
+  uint64_t n = 0;
+
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+    n += test_backend_failed (h->tb, kinds[i]);
+  return n;
+}
+
 static struct test_backend *
 backend_new (struct harness *h)
 {
@@ -1137,24 +1274,79 @@ lane_init (struct harness *h, struct lane *l, uint64_t lo, uint64_t hi)
     return -1;
   l->buf = malloc (MAX_IO);
   l->dirty = malloc (MAX_IO);
-  l->session = session_new ();
-  return l->buf && l->dirty && l->session ? 0 : -1;
+  return l->buf && l->dirty ? 0 : -1;
 }
 
 static void
 lane_free (struct lane *l)
 {
   model_free (&l->model);
-  session_free (l->session);
   free (l->buf);
   free (l->dirty);
   free (l->log);
 }
 
+/* Sessions, shared by the lanes as harness_params.sessions says. */
+static int
+sessions_init (struct harness *h)
+{
+  h->nr_sessions = h->p.sessions ? MIN (h->p.sessions, h->nr_lanes)
+    : h->nr_lanes;
+  for (unsigned i = 0; i < h->nr_sessions; i++)
+    if ((h->session[i] = session_new ()) == NULL)
+      return -1;
+  for (unsigned i = 0; i < h->nr_lanes; i++)
+    h->lane[i].session = h->session[i % h->nr_sessions];
+  return 0;
+}
+
+/* The chunks check_answers reads the backend in: small, so that the
+ * bytes newer requests changed meanwhile cost a byte-by-byte look only
+ * near them.
+ */
+#define ANSWER_CHUNK (4 * KiB)
+
+static void
+answers_free (struct answers *a)
+{
+  if (a == NULL)
+    return;
+  pthread_mutex_destroy (&a->lock);
+  free (a->since);
+  free (a->want);
+  free (a->loose);
+  free (a->buf);
+  free (a->dirty);
+  free (a);
+}
+
+/* A new disk reads as zeroes, durably: answered before any FLUSH. */
+static struct answers *
+answers_new (uint64_t size)
+{
+  struct answers *a = calloc (1, sizeof *a);
+
+  if (a == NULL)
+    return NULL;
+  pthread_mutex_init (&a->lock, NULL);
+  a->since = calloc ((size + ANSWER_GRANULE - 1) / ANSWER_GRANULE,
+                     sizeof *a->since);
+  a->want = calloc (size, 1);
+  a->loose = calloc (size, 1);
+  a->buf = malloc (ANSWER_CHUNK);
+  a->dirty = malloc (ANSWER_CHUNK);
+  if (!a->since || !a->want || !a->loose || !a->buf || !a->dirty) {
+    answers_free (a);
+    return NULL;
+  }
+  return a;
+}
+
 /* Lanes split the disk into adjacent regions, so requests of different
  * lanes merge across the borders but never overlap.  Striped lanes each
  * model the whole disk but touch and check only their own stripes
- * (own_span).
+ * (own_span).  Their sessions are made first, and with several lanes
+ * the record of answers.
  */
 static int
 lanes_init (struct harness *h)
@@ -1162,6 +1354,10 @@ lanes_init (struct harness *h)
   uint64_t size = h->p.disk_size;
   uint64_t share = (size / h->nr_lanes) & ~(uint64_t) (4 * KiB - 1);
 
+  if (sessions_init (h) == -1)
+    return -1;
+  if (h->nr_lanes > 1 && (h->answers = answers_new (size)) == NULL)
+    return -1;
   if (h->p.stripe) {
     for (unsigned i = 0; i < h->nr_lanes; i++)
       if (lane_init (h, &h->lane[i], 0, size) == -1)
@@ -1205,6 +1401,7 @@ harness_start (struct harness *h)
   /* Sessions size their error cursors by the queues that exist. */
   if (lanes_init (h) == -1)
     return fail (h, 0, 0, FAULT_SETUP, "out of memory for the model");
+  start_faults (h);
   return true;
 }
 
@@ -1348,17 +1545,21 @@ explain_byte (const struct harness *h, const struct lane *l, uint64_t pos,
               uint8_t got, char *buf, size_t len)
 {
   for (size_t i = l->nr_ops; i-- > 0;) {
-    const struct model_op *o = &l->log[i];
-    char op[160];
+    struct model_op parts[MODEL_OP_MAX_PARTS];
 
-    if (pos < o->offset || pos >= o->offset + o->count)
-      continue;
-    if ((o->kind == MOP_WRITE && model_pattern (o->tag, pos) == got)
-        || (o->kind == MOP_ZERO && got == 0)
-        || o->kind == MOP_TRIM) {
-      model_op_format (o, op, sizeof op);
-      snprintf (buf, len, "got matches %s", op);
-      return;
+    for (size_t k = model_op_parts (&l->log[i], parts); k-- > 0;) {
+      const struct model_op *o = &parts[k];
+      char op[160];
+
+      if (pos < o->offset || pos >= o->offset + o->count)
+        continue;
+      if ((o->kind == MOP_WRITE && model_pattern (o->tag, pos) == got)
+          || (o->kind == MOP_ZERO && got == 0)
+          || o->kind == MOP_TRIM) {
+        model_op_format (o, op, sizeof op);
+        snprintf (buf, len, "got matches %s", op);
+        return;
+      }
     }
   }
   snprintf (buf, len, got == 0 ? "got matches the initial zeroes"
@@ -1370,12 +1571,17 @@ static uint32_t
 setter (const struct harness *h, const struct lane *l, uint64_t pos)
 {
   for (size_t i = l->nr_ops; i-- > 0;) {
-    const struct model_op *o = &l->log[i];
+    struct model_op parts[MODEL_OP_MAX_PARTS];
 
-    if ((o->kind == MOP_WRITE || o->kind == MOP_ZERO || o->kind == MOP_TRIM)
-        && pos >= o->offset && pos < o->offset + o->count
-        && !expect_for (h, o).error)
-      return o->tag;
+    for (size_t k = model_op_parts (&l->log[i], parts); k-- > 0;) {
+      const struct model_op *o = &parts[k];
+
+      if ((o->kind == MOP_WRITE || o->kind == MOP_ZERO
+           || o->kind == MOP_TRIM)
+          && pos >= o->offset && pos < o->offset + o->count
+          && !expect_for (h, o).error)
+        return o->tag;
+    }
   }
   return 0;
 }
@@ -1396,6 +1602,32 @@ mismatch (struct harness *h, unsigned li, size_t index,
                setter (h, l, mm->offset), mm->length, expl);
 }
 
+/* The backend's bytes [pos, pos + n) as read into buf, with the record
+ * of bytes changed since the last backend flush in dirty: every landed
+ * byte must hold what the model says it must, and none that must be
+ * durable may have been written since the last backend flush.
+ */
+static bool
+check_landed_bytes (struct harness *h, unsigned li, size_t index,
+                    uint64_t pos, uint64_t n, const uint8_t *buf,
+                    const uint8_t *dirty, enum harness_fault kind,
+                    const char *what)
+{
+  struct lane *l = &h->lane[li];
+  struct model_mismatch mm;
+  int64_t bad;
+
+  if (!model_compare (&l->model, buf, pos, n, true, &mm))
+    return mismatch (h, li, index, kind, what, &mm);
+  bad = model_first_undurable (&l->model, dirty, pos, n);
+  if (bad >= 0)
+    return fail (h, li, index, kind,
+                 "%s: byte 0x%" PRIx64 " (set by #%" PRIu32 ") was"
+                 " written without a backend flush after it", what,
+                 (uint64_t) bad, setter (h, l, bad));
+  return true;
+}
+
 /* The backend itself, read directly, must hold every landed byte of
  * [from, to), and no backend write since the last backend flush may
  * have touched a durable one.
@@ -1406,23 +1638,16 @@ check_landed (struct harness *h, unsigned li, size_t index,
               const char *what)
 {
   struct lane *l = &h->lane[li];
-  struct model_mismatch mm;
 
   for (uint64_t pos = from; pos < to; pos += MAX_IO) {
     uint64_t n = MIN (MAX_IO, to - pos);
-    int64_t bad;
 
     test_backend_dirty (h->tb, l->dirty, n, pos);
     if (test_backend_read (h->tb, l->buf, n, pos) == -1)
       return fail (h, li, index, kind, "backend pread: %m");
-    if (!model_compare (&l->model, l->buf, pos, n, true, &mm))
-      return mismatch (h, li, index, kind, what, &mm);
-    bad = model_first_undurable (&l->model, l->dirty, pos, n);
-    if (bad >= 0)
-      return fail (h, li, index, kind,
-                   "%s: byte 0x%" PRIx64 " (set by #%" PRIu32 ") was"
-                   " written without a backend flush after it", what,
-                   (uint64_t) bad, setter (h, l, bad));
+    if (!check_landed_bytes (h, li, index, pos, n, l->buf, l->dirty, kind,
+                             what))
+      return false;
   }
   return true;
 }
@@ -1483,40 +1708,199 @@ check_result (struct harness *h, unsigned li, size_t index,
   return true;
 }
 
+/* Whether a request the queue should take may have failed with err (r
+ * -1): in fault mode, with an errno the backend fails calls with, once
+ * it has failed some.  A FLUSH fails while answered data cannot be
+ * written or after a failed backend flush; a write, zero or trim fails
+ * when it waits for its own write-out (ack=dispatched, FUA), goes
+ * around the queue, or finds the queue full while data is failing.
+ */
 static bool
-apply_write (struct harness *h, unsigned li, size_t index,
-             const struct model_op *op)
+fault_allowed (struct harness *h, int r, int err)
 {
-  struct lane *l = &h->lane[li];
-  struct expect e = expect_for (h, op);
-  int r, err;
-
-  pattern_fill (l->buf, op->tag, op->offset, op->count);
-  errno = 0;
-  r = queue_pwrite (h->q, l->session, l->buf, op->count, op->offset,
-                    op->flags);
-  err = errno;
-  l->n.writes++;
-  if (!check_result (h, li, index, "queue_pwrite", r, err, e))
-    return false;
-  if (e.error)
-    return true;
-  l->n.writes_ok++;
-  l->n.write_bytes += op->count;
-  l->n.fua += (op->flags & REQ_FUA) != 0;
-  model_write (&l->model, op->offset, op->count, l->buf);
-  return settle (h, li, index, op, "write");
+  return h->p.backend.faults && r == -1
+    && (err == EIO || err == ENOSPC || err == ENOMEM)
+    && backend_failures (h) > 0;
 }
 
-static bool
-apply_zero (struct harness *h, unsigned li, size_t index,
-            const struct model_op *op)
+/* ------------------------------------------------------------ answers */
+
+/* The granules op's range touches: [first, end). */
+static uint64_t
+granule_first (const struct model_op *op)
 {
-  struct lane *l = &h->lane[li];
+  return op->offset / ANSWER_GRANULE;
+}
+
+static uint64_t
+granule_end (const struct model_op *op)
+{
+  return (op->offset + op->count + ANSWER_GRANULE - 1) / ANSWER_GRANULE;
+}
+
+/* Lane's request over op's range is on its way: until it is answered,
+ * those bytes promise nothing.
+ */
+static void
+answers_sent (struct harness *h, const struct model_op *op)
+{
+  struct answers *a = h->answers;
+
+  if (a == NULL)
+    return;
+  pthread_mutex_lock (&a->lock);
+  for (uint64_t g = granule_first (op); g < granule_end (op); g++)
+    a->since[g] = ANSWER_PENDING;
+  pthread_mutex_unlock (&a->lock);
+}
+
+/* ... and answered now: a write that left buf there, a zero, or (loose)
+ * a trim or a failed request.
+ */
+static void
+answers_answered (struct harness *h, const struct model_op *op,
+                  const uint8_t *buf, bool loose)
+{
+  struct answers *a = h->answers;
+  uint32_t now;
+
+  if (a == NULL)
+    return;
+  pthread_mutex_lock (&a->lock);
+  now = ++a->clock;
+  for (uint64_t g = granule_first (op); g < granule_end (op); g++)
+    a->since[g] = now;
+  if (op->kind == MOP_WRITE && buf)
+    memcpy (&a->want[op->offset], buf, op->count);
+  else
+    memset (&a->want[op->offset], 0, op->count);
+  memset (&a->loose[op->offset], loose || op->kind == MOP_TRIM, op->count);
+  pthread_mutex_unlock (&a->lock);
+}
+
+/* A FLUSH is sent now: its time on the clock. */
+static uint32_t
+answers_flush_sent (struct harness *h)
+{
+  struct answers *a = h->answers;
+  uint32_t now;
+
+  if (a == NULL)
+    return 0;
+  pthread_mutex_lock (&a->lock);
+  now = ++a->clock;
+  pthread_mutex_unlock (&a->lock);
+  return now;
+}
+
+/* The lane whose requests write byte pos. */
+static unsigned
+owner_of (const struct harness *h, uint64_t pos)
+{
+  if (h->p.stripe)
+    return (pos / h->p.stripe) % h->nr_lanes;
+  for (unsigned i = 0; i < h->nr_lanes; i++)
+    if (pos >= h->lane[i].lo && pos < h->lane[i].hi)
+      return i;
+  return 0;
+}
+
+/* Under a->lock: whether the 8 bytes at i of the chunk at pos need a
+ * look of their own: one differs from what was left there, or changed
+ * since the last backend flush, and not all of them may hold anything.
+ */
+static bool
+answers_word_suspect (const struct answers *a, uint64_t pos, uint64_t i)
+{
+  uint64_t got, want, dirty, loose;
+
+  memcpy (&got, &a->buf[i], 8);
+  memcpy (&want, &a->want[pos + i], 8);
+  memcpy (&dirty, &a->dirty[i], 8);
+  memcpy (&loose, &a->loose[pos + i], 8);
+  return (got != want || dirty != 0) && loose != BYTES_OF (1);
+}
+
+/* Under a->lock: the record of [pos, pos + n), with the backend's bytes
+ * in a->buf and its changes since the last backend flush in a->dirty,
+ * after a FLUSH sent at `sent` succeeded on lane li (op index).
+ */
+static bool
+check_answers_chunk (struct harness *h, unsigned li, size_t index,
+                     uint32_t sent, uint64_t pos, uint64_t n)
+{
+  struct answers *a = h->answers;
+
+  /* Everything as it was left and durable: no byte need be looked at. */
+  if (memcmp (a->buf, &a->want[pos], n) == 0
+      && memchr (a->dirty, 1, n) == NULL)
+    return true;
+  for (uint64_t i = 0; i < n; i++) {
+    uint64_t b = pos + i;
+
+    /* Whole words that are fine, or may hold anything, at once. */
+    if (i % 8 == 0 && n - i >= 8 && !answers_word_suspect (a, pos, i)) {
+      i += 7;
+      continue;
+    }
+    if (a->since[b / ANSWER_GRANULE] >= sent || a->loose[b])
+      continue;
+    if (a->buf[i] != a->want[b] || a->dirty[i])
+      return fail (h, li, index, FAULT_FLUSH,
+                   "after a FLUSH on lane %u, byte 0x%" PRIx64 " that"
+                   " lane %u was answered for before it was sent %s"
+                   " (0x%02x, expected 0x%02x): a FLUSH covers the writes"
+                   " answered on every connection", li, b, owner_of (h, b),
+                   a->buf[i] != a->want[b] ? "is not on the backend"
+                   : "was written without a backend flush after it",
+                   a->buf[i], a->want[b]);
+  }
+  return true;
+}
+
+/* After a FLUSH sent at `sent` on lane li succeeded: every byte whose
+ * newest request, on any lane, was answered before then is on the
+ * backend as that request left it, and no backend write since the last
+ * backend flush touched it.  The lock keeps other lanes from sending
+ * anything new meanwhile; what they sent before is pending, or newer
+ * than the FLUSH, and left alone.
+ */
+static bool
+check_answers (struct harness *h, unsigned li, size_t index, uint32_t sent)
+{
+  struct answers *a = h->answers;
+  bool ok = true;
+
+  if (a == NULL)
+    return true;
+  pthread_mutex_lock (&a->lock);
+  for (uint64_t pos = 0; ok && pos < h->p.disk_size; pos += ANSWER_CHUNK) {
+    uint64_t n = MIN (ANSWER_CHUNK, h->p.disk_size - pos);
+
+    test_backend_dirty (h->tb, a->dirty, n, pos);
+    if (test_backend_read (h->tb, a->buf, n, pos) == -1)
+      ok = fail (h, li, index, FAULT_FLUSH, "backend pread: %m");
+    else
+      ok = check_answers_chunk (h, li, index, sent, pos, n);
+  }
+  pthread_mutex_unlock (&a->lock);
+  return ok;
+}
+
+/* ------------------------------------------------------------ requests */
+
+static const char *const request_calls[MOP_KINDS] = {
+  [MOP_WRITE] = "queue_pwrite", [MOP_ZERO] = "queue_zero",
+  [MOP_TRIM] = "queue_trim",
+};
+
+/* What the queue must answer a write, zero or trim. */
+static struct expect
+request_expect (const struct harness *h, const struct model_op *op)
+{
   struct expect e = expect_for (h, op);
-  bool refuse_fast = (op->flags & REQ_FAST_ZERO)
+  bool refuse_fast = op->kind == MOP_ZERO && (op->flags & REQ_FAST_ZERO)
     && !test_backend_get (h->tb)->can_fast_zero;
-  int r, err;
 
   /* A fast zero the backend cannot do fails at once with ENOTSUP; with
    * a misaligned range too, either error will do.
@@ -1525,40 +1909,122 @@ apply_zero (struct harness *h, unsigned li, size_t index,
     e = (struct expect) { .error = true, .errno1 = ENOTSUP };
   else if (refuse_fast && e.errno1)
     e.errno2 = ENOTSUP;
-  errno = 0;
-  r = queue_zero (h->q, l->session, op->count, op->offset, op->flags);
-  err = errno;
-  l->n.zeros++;
-  if (!check_result (h, li, index, "queue_zero", r, err, e))
-    return false;
-  if (e.error)
-    return true;
-  l->n.zeros_ok++;
-  l->n.fua += (op->flags & REQ_FUA) != 0;
-  model_zero (&l->model, op->offset, op->count);
-  return settle (h, li, index, op, "zero");
+  return e;
 }
 
-static bool
-apply_trim (struct harness *h, unsigned li, size_t index,
-            const struct model_op *op)
+/* Sends a write of buf, a zero or a trim through session s: the queue's
+ * answer, its errno in *err.
+ */
+static int
+send_request (struct harness *h, struct session *s,
+              const struct model_op *op, const uint8_t *buf, int *err)
 {
-  struct lane *l = &h->lane[li];
-  struct expect e = expect_for (h, op);
-  int r, err;
+  int r;
 
   errno = 0;
-  r = queue_trim (h->q, l->session, op->count, op->offset, op->flags);
-  err = errno;
-  l->n.trims++;
-  if (!check_result (h, li, index, "queue_trim", r, err, e))
+  switch (op->kind) {
+  case MOP_WRITE:
+    r = queue_pwrite (h->q, s, buf, op->count, op->offset, op->flags);
+    break;
+  case MOP_ZERO:
+    r = queue_zero (h->q, s, op->count, op->offset, op->flags);
+    break;
+  default:
+    r = queue_trim (h->q, s, op->count, op->offset, op->flags);
+  }
+  *err = errno;
+  return r;
+}
+
+static void
+count_request (struct lane_counts *n, const struct model_op *op, bool ok)
+{
+  switch (op->kind) {
+  case MOP_WRITE:
+    n->writes++;
+    n->writes_ok += ok;
+    n->write_bytes += ok ? op->count : 0;
+    break;
+  case MOP_ZERO:
+    n->zeros++;
+    n->zeros_ok += ok;
+    break;
+  default:
+    n->trims++;
+    n->trims_ok += ok;
+  }
+  n->fua += ok && (op->flags & REQ_FUA);
+}
+
+/* A write, zero or trim the fault mode failed: its range may hold
+ * anything now, and nothing of it is promised.
+ */
+static bool
+request_failed (struct harness *h, unsigned li, const struct model_op *op)
+{
+  struct lane *l = &h->lane[li];
+
+  count_request (&l->n, op, false);
+  l->n.failed++;
+  l->n.fua_failed += (op->flags & REQ_FUA) != 0;
+  l->n.write_bytes_failed += op->kind == MOP_WRITE ? op->count : 0;
+  model_unspecified (&l->model, op->offset, op->count);
+  answers_answered (h, op, NULL, true);
+  return true;
+}
+
+/* Lane li's write of buf, zero or trim was answered r (errno err), where
+ * e was expected: checked, counted, and into the lane's model and the
+ * record of answers; with settle_now, what its answer promised about the
+ * backend is checked as well (settle).
+ */
+static bool
+request_answered (struct harness *h, unsigned li, size_t index,
+                  const struct model_op *op, struct expect e,
+                  const uint8_t *buf, int r, int err, bool settle_now)
+{
+  struct lane *l = &h->lane[li];
+
+  if (!e.error && fault_allowed (h, r, err))
+    return request_failed (h, li, op);
+  if (!check_result (h, li, index, request_calls[op->kind], r, err, e)) {
+    count_request (&l->n, op, false);
     return false;
+  }
+  count_request (&l->n, op, !e.error);
   if (e.error)
     return true;
-  l->n.trims_ok++;
-  l->n.fua += (op->flags & REQ_FUA) != 0;
-  model_trim (&l->model, op->offset, op->count);
-  return true;
+  switch (op->kind) {
+  case MOP_WRITE:
+    model_write (&l->model, op->offset, op->count, buf);
+    break;
+  case MOP_ZERO:
+    model_zero (&l->model, op->offset, op->count);
+    break;
+  default:
+    model_trim (&l->model, op->offset, op->count);
+  }
+  answers_answered (h, op, buf, false);
+  if (!settle_now || op->kind == MOP_TRIM)
+    return true;
+  return settle (h, li, index, op, op->kind == MOP_WRITE ? "write" : "zero");
+}
+
+/* A write, zero or trim of lane li. */
+static bool
+apply_request (struct harness *h, unsigned li, size_t index,
+               const struct model_op *op)
+{
+  struct lane *l = &h->lane[li];
+  struct expect e = request_expect (h, op);
+  int r, err;
+
+  if (op->kind == MOP_WRITE)
+    pattern_fill (l->buf, op->tag, op->offset, op->count);
+  if (!e.error)
+    answers_sent (h, op);
+  r = send_request (h, l->session, op, l->buf, &err);
+  return request_answered (h, li, index, op, e, l->buf, r, err, true);
 }
 
 static bool
@@ -1680,6 +2146,7 @@ static bool
 apply_flush (struct harness *h, unsigned li, size_t index)
 {
   struct lane *l = &h->lane[li];
+  uint32_t sent = answers_flush_sent (h);
   uint64_t start = now_ns ();
   int r, err;
 
@@ -1689,13 +2156,23 @@ apply_flush (struct harness *h, unsigned li, size_t index)
   l->n.flushes++;
   if (now_ns () - start > l->n.flush_ns_max)
     l->n.flush_ns_max = now_ns () - start;
+  /* A failed FLUSH promises nothing. */
+  if (fault_allowed (h, r, err)) {
+    l->n.flushes_failed++;
+    atomic_store (&h->flush_failed, true);
+    return true;
+  }
   if (!check_result (h, li, index, "queue_flush", r, err,
                      (struct expect) { .error = false }))
     return false;
-  /* Everything this lane was answered before the flush is on the disk. */
+  l->n.flushes_after_failure += atomic_load (&h->flush_failed);
+  /* Everything this lane was answered before the flush is on the disk,
+   * and so is what every other lane was (multi-conn).
+   */
   lane_durable (h, li);
   return check_lane_landed (h, li, index, FAULT_FLUSH,
-                            "after FLUSH the backend");
+                            "after FLUSH the backend")
+    && check_answers (h, li, index, sent);
 }
 
 static bool
@@ -1709,6 +2186,197 @@ apply_cache (struct harness *h, unsigned li, size_t index,
   err = errno;
   return check_result (h, li, index, "queue_cache", r, err,
                        expect_for (h, op));
+}
+
+/* ------------------------------------------------------------ fua-cut */
+
+/* One request of a MOP_FUA_CUT, on a thread of its own. */
+struct side_request {
+  struct harness *h;
+  struct session *session;
+  struct model_op op;
+  struct expect e;
+  uint8_t *buf;                 /* a write's data */
+  struct test_thread thread;
+};
+
+static int
+side_request_run (void *arg)
+{
+  struct side_request *s = arg;
+  int err, r;
+
+  r = send_request (s->h, s->session, &s->op, s->buf, &err);
+  errno = err;
+  return r;
+}
+
+/* Requests of op's kind the queue has taken so far (stats). */
+static uint64_t
+requests_taken (struct harness *h, enum model_op_kind kind, bool fua)
+{
+  struct queue_stats st;
+
+  harness_queue_stats (h, &st);
+  if (fua)
+    return st.fua_requests;
+  return st.op[kind == MOP_ZERO ? OP_ZERO : OP_WRITE].requests;
+}
+
+/* Whether the first write that reached the backend's gate since the
+ * first `before` writes covers [offset, offset + count).
+ */
+static bool
+gate_holds_range (struct harness *h, uint64_t before, uint64_t offset,
+                  uint64_t count)
+{
+  struct tb_call *calls = calloc (before + 1, sizeof *calls);
+  bool covers = false;
+
+  if (calls && test_backend_calls (h->tb, TB_PWRITEV, calls, before + 1)
+      > before) {
+    const struct tb_call *c = &calls[before];
+
+    covers = c->offset <= offset && c->offset + c->count >= offset + count;
+  }
+  free (calls);
+  return covers;
+}
+
+/* The three requests' answers, oldest first, into the lane's model. */
+static bool
+fua_cut_answers (struct harness *h, unsigned li, size_t index,
+                 struct side_request *side, size_t n)
+{
+  bool ok = true;
+
+  for (size_t i = 0; ok && i < n; i++)
+    /* Only the newest one's promise still stands as it was made: the
+     * older write's bytes are all newer now, and the FUA write's
+     * promise is checked as it stood when it was answered.
+     */
+    ok = request_answered (h, li, index, &side[i].op, side[i].e,
+                           side[i].buf, side[i].thread.result,
+                           side[i].thread.err, i + 1 == n);
+  return ok;
+}
+
+/* Sends the three requests of a MOP_FUA_CUT: the older write, held at
+ * the backend's gate; the FUA write, queued behind it; the newer
+ * request that cuts the FUA write in the queue; then opens the gate.
+ * Sets *held when the older write was the one the gate held.  False
+ * when one of them did not get as far in time (gate open again).
+ */
+static bool
+fua_cut_send (struct harness *h, struct side_request *side, bool *held)
+{
+  const struct model_op *older = &side[0].op, *cut = &side[2].op;
+  uint64_t entered = test_backend_entered (h->tb, TB_PWRITEV);
+  uint64_t fua_before = requests_taken (h, MOP_WRITE, true);
+  /* The older write and the FUA write count too if the cut writes. */
+  uint64_t cut_before = requests_taken (h, cut->kind, false)
+    + (cut->kind == MOP_WRITE ? 2 : 0);
+  bool ok;
+
+  test_backend_block (h->tb, TB_PWRITEV);
+  ok = test_thread_start (&side[0].thread, side_request_run, &side[0]) == 0
+    && TEST_WAIT_FOR (test_backend_entered (h->tb, TB_PWRITEV) > entered);
+  *held = ok && gate_holds_range (h, entered, older->offset, older->count);
+  ok = ok
+    && test_thread_start (&side[1].thread, side_request_run, &side[1]) == 0
+    && TEST_WAIT_FOR (requests_taken (h, MOP_WRITE, true) >= fua_before + 2)
+    && test_thread_start (&side[2].thread, side_request_run, &side[2]) == 0
+    && TEST_WAIT_FOR (requests_taken (h, cut->kind, false) > cut_before);
+  test_backend_release (h->tb, TB_PWRITEV);
+  return ok;
+}
+
+/* MOP_FUA_CUT: a FUA write waits in the queue behind an older write over
+ * its bytes that the backend's gate holds in flight, and a newer write
+ * or zero cuts part of it there (front, back or middle).  When the FUA
+ * write is answered its whole range must be durable, holding it and the
+ * newer request's bytes: where its pieces go out with FUA (a backend
+ * whose writes carry it) the newer one may go out without, so only a
+ * backend flush after that keeps the promise (piece_cut, issue 39).
+ * The backend is read the moment the FUA write is answered; the three
+ * answers go into the model once all are in, oldest first.  One lane
+ * only: the gate holds every lane's writes.
+ */
+static bool
+apply_fua_cut (struct harness *h, unsigned li, size_t index,
+               const struct model_op *op)
+{
+  struct lane *l = &h->lane[li];
+  struct model_op parts[MODEL_OP_MAX_PARTS];
+  struct side_request side[MODEL_OP_MAX_PARTS];
+  size_t n = model_op_parts (op, parts);
+  /* What the backend held when the FUA write was answered (the lane's
+   * scratch serves the other requests' checks).
+   */
+  uint8_t *held_data = malloc (op->count), *held_dirty = malloc (op->count);
+  bool ok = true, held = false;
+
+  if (h->nr_lanes > 1)
+    return fail (h, li, index, FAULT_SETUP, "fua-cut holds every write at"
+                 " the gate: one lane only");
+  if (op->cut_offset < op->offset || op->cut_count == 0
+      || op->cut_offset + op->cut_count > op->offset + op->count
+      || (op->cut_kind != MOP_WRITE && op->cut_kind != MOP_ZERO))
+    return fail (h, li, index, FAULT_SETUP, "fua-cut: the cut must be a"
+                 " write or zero inside the FUA write");
+  if (held_data == NULL || held_dirty == NULL)
+    ok = fail (h, li, index, FAULT_SETUP, "out of memory");
+  for (size_t i = 0; i < n; i++) {
+    side[i] = (struct side_request) {
+      .h = h, .session = l->session, .op = parts[i],
+      .e = request_expect (h, &parts[i]), .thread = TEST_THREAD_INIT,
+    };
+    if (side[i].e.error)
+      ok = fail (h, li, index, FAULT_SETUP, "fua-cut: the backend refuses"
+                 " a range of it");
+    if (parts[i].kind == MOP_WRITE
+        && (side[i].buf = malloc (parts[i].count)) != NULL)
+      pattern_fill (side[i].buf, parts[i].tag, parts[i].offset,
+                    parts[i].count);
+    else if (parts[i].kind == MOP_WRITE)
+      ok = fail (h, li, index, FAULT_SETUP, "out of memory");
+  }
+  if (ok && !fua_cut_send (h, side, &held))
+    ok = fail (h, li, index, FAULT_RESULT, "fua-cut: a request did not"
+               " reach the backend or the queue within %d ms",
+               TB_TIMEOUT_MS);
+  /* The FUA write's answer, and what the backend held right then. */
+  if (ok && !test_thread_wait (&side[1].thread))
+    ok = fail (h, li, index, FAULT_RESULT, "fua-cut: the FUA write was not"
+               " answered within %d ms", TB_TIMEOUT_MS);
+  if (ok) {
+    test_backend_dirty (h->tb, held_dirty, op->count, op->offset);
+    if (test_backend_read (h->tb, held_data, op->count, op->offset) == -1)
+      ok = fail (h, li, index, FAULT_SETUP, "backend pread: %m");
+  }
+  for (size_t i = 0; i < n; i++)
+    if (ok && !test_thread_wait (&side[i].thread))
+      ok = fail (h, li, index, FAULT_RESULT, "fua-cut: a request was not"
+                 " answered within %d ms", TB_TIMEOUT_MS);
+  if (!ok)
+    test_backend_release_all (h->tb);
+  for (size_t i = 0; i < n; i++)
+    test_thread_join (&side[i].thread);
+  ok = ok && fua_cut_answers (h, li, index, side, n);
+  if (ok && side[1].thread.result == 0) {
+    model_landed (&l->model, op->offset, op->count, true);
+    ok = check_landed_bytes (h, li, index, op->offset, op->count,
+                             held_data, held_dirty, FAULT_FUA, "when a FUA"
+                             " write cut in the queue was answered, the"
+                             " backend");
+  }
+  l->n.fua_cuts++;
+  l->n.fua_cuts_held += held;
+  for (size_t i = 0; i < n; i++)
+    free (side[i].buf);
+  free (held_data);
+  free (held_dirty);
+  return ok;
 }
 
 static int
@@ -1751,19 +2419,21 @@ harness_apply (struct harness *h, unsigned li, const struct model_op *op)
     return fail (h, li, index, FAULT_SETUP, "out of memory for the op log");
   if (h->p.verbose)
     print_op (h, li, op);
-  if ((op->kind == MOP_READ || op->kind == MOP_WRITE) && op->count > MAX_IO)
+  if ((op->kind == MOP_READ || op->kind == MOP_WRITE
+       || op->kind == MOP_FUA_CUT) && op->count > MAX_IO)
     return fail (h, li, index, FAULT_SETUP,
                  "ops larger than %" PRIu64 " bytes do not fit the harness",
                  MAX_IO);
   switch (op->kind) {
   case MOP_READ: ok = apply_read (h, li, index, op); break;
-  case MOP_WRITE: ok = apply_write (h, li, index, op); break;
-  case MOP_ZERO: ok = apply_zero (h, li, index, op); break;
-  case MOP_TRIM: ok = apply_trim (h, li, index, op); break;
+  case MOP_WRITE:
+  case MOP_ZERO:
+  case MOP_TRIM: ok = apply_request (h, li, index, op); break;
   case MOP_FLUSH: ok = apply_flush (h, li, index); break;
   case MOP_EXTENTS: ok = apply_extents (h, li, index, op); break;
   case MOP_CACHE: ok = apply_cache (h, li, index, op); break;
   case MOP_SLEEP: test_sleep_us (op->count); break;
+  case MOP_FUA_CUT: ok = apply_fua_cut (h, li, index, op); break;
   default: abort ();
   }
   if (ok && (index + 1) % LANDED_CHECK_EVERY == 0)
@@ -1780,15 +2450,29 @@ bool
 harness_flush_all (struct harness *h)
 {
   struct lane *l0 = &h->lane[0];
+  /* After a fault mode the first FLUSH may report a failed backend
+   * flush that lane 0's session was not told of yet; the next one must
+   * succeed, since every write goes through now.
+   */
+  unsigned tries = h->p.backend.faults ? 2 : 1;
   int r, err;
 
   if (atomic_load (&h->failed) || h->finished)
     return false;
-  errno = 0;
-  r = queue_flush (h->q, l0->session);
-  err = errno;
-  l0->n.flushes++;
-  if (!check_result (h, 0, SIZE_MAX, "queue_flush", r, err,
+  h->recovered = true;
+  test_backend_faults_off (h->tb);
+  for (unsigned t = 1;; t++) {
+    errno = 0;
+    r = queue_flush (h->q, l0->session);
+    err = errno;
+    l0->n.flushes++;
+    if (r == 0 || t == tries || !fault_allowed (h, r, err))
+      break;
+    l0->n.flushes_failed++;
+  }
+  if (!check_result (h, 0, SIZE_MAX, h->p.backend.faults
+                     ? "queue_flush after the backend recovered"
+                     : "queue_flush", r, err,
                      (struct expect) { .error = false }))
     return false;
   for (unsigned i = 0; i < h->nr_lanes; i++) {
@@ -1823,8 +2507,15 @@ check_stats (struct harness *h)
     t.zeros_ok += n->zeros_ok; t.zeros += n->zeros;
     t.trims_ok += n->trims_ok; t.trims += n->trims;
     t.flushes += n->flushes; t.fua += n->fua;
+    t.fua_failed += n->fua_failed;
+    t.write_bytes_failed += n->write_bytes_failed;
   }
   queue_stats_snapshot (h->q, &s);
+  /* A failed request may have been counted or not, and a write-back
+   * that failed is sent again, merged anew: with faults, backend bytes
+   * and merges have no upper bound.
+   */
+  uint64_t no_bound = h->p.backend.faults ? UINT64_MAX : 0;
 
   /* Refused requests may or may not be counted: [ok, tried]. */
   const struct stat_rule rules[] = {
@@ -1836,21 +2527,24 @@ check_stats (struct harness *h)
     { "zero requests", s.op[OP_ZERO].requests, t.zeros_ok, t.zeros },
     { "trim requests", s.op[OP_TRIM].requests, t.trims_ok, t.trims },
     { "write request_bytes", s.op[OP_WRITE].request_bytes,
-      t.write_bytes, t.write_bytes },
+      t.write_bytes, t.write_bytes + t.write_bytes_failed },
     /* Merging never writes a byte no request wrote. */
     { "write backend_bytes", s.op[OP_WRITE].backend_bytes,
-      0, t.write_bytes },
+      0, MAX (t.write_bytes + t.write_bytes_failed, no_bound) },
     { "flushes (FLUSH requests)", s.flushes, t.flushes, t.flushes },
-    { "fua_requests", s.fua_requests, t.fua, t.fua },
+    { "fua_requests", s.fua_requests, t.fua, t.fua + t.fua_failed },
     /* merges count requests absorbed into another's operation, and
      * unplug-thresh=1 means no merging at all (queue.h).
      */
     { "write merges", s.op[OP_WRITE].merges, 0,
-      h->p.config.unplug_thresh <= 1 ? 0 : s.op[OP_WRITE].requests },
+      h->p.config.unplug_thresh <= 1 ? 0
+      : MAX (s.op[OP_WRITE].requests, no_bound) },
     { "zero merges", s.op[OP_ZERO].merges, 0,
-      h->p.config.unplug_thresh <= 1 ? 0 : s.op[OP_ZERO].requests },
+      h->p.config.unplug_thresh <= 1 ? 0
+      : MAX (s.op[OP_ZERO].requests, no_bound) },
     { "trim merges", s.op[OP_TRIM].merges, 0,
-      h->p.config.unplug_thresh <= 1 ? 0 : s.op[OP_TRIM].requests },
+      h->p.config.unplug_thresh <= 1 ? 0
+      : MAX (s.op[OP_TRIM].requests, no_bound) },
   };
 
   for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++) {
@@ -1906,14 +2600,29 @@ check_drained (struct harness *h)
   return true;
 }
 
+/* A run in fault mode ends with the backend working again and a FLUSH
+ * that succeeds (harness_flush_all), so that the drain has nothing to
+ * give up and the comparison is exact.  queue_stop says whether it lost
+ * answered data.
+ */
 bool
 harness_finish (struct harness *h)
 {
+  int stopped;
+
   if (h->finished || h->q == NULL)
     return !atomic_load (&h->failed);
+  if (h->p.backend.faults && !h->recovered)
+    harness_flush_all (h);
   h->finished = true;
-  queue_stop (h->q);
+  /* A run that failed on the way drains with a working backend too. */
+  test_backend_faults_off (h->tb);
+  stopped = queue_stop (h->q);
   test_backend_stopped (h->tb);
+  if (stopped != 0)
+    fail (h, 0, SIZE_MAX, FAULT_DRAIN, "queue_stop says answered data was"
+          " lost: the final write-out failed, or an error was never"
+          " reported");
   if (test_backend_in_flight (h->tb) > 0)
     fail (h, 0, SIZE_MAX, FAULT_BACKEND,
           "queue_stop returned with %u backend operations in flight",
@@ -1949,6 +2658,26 @@ harness_max_flush_ns (const struct harness *h)
     if (h->lane[i].n.flush_ns_max > max)
       max = h->lane[i].n.flush_ns_max;
   return max;
+}
+
+void
+harness_tally (const struct harness *h, struct harness_tally *t)
+{
+  static const enum tb_op kinds[] = { TB_PWRITEV, TB_ZERO, TB_TRIM,
+                                      TB_FLUSH };
+
+  *t = (struct harness_tally) { 0 };
+  for (size_t i = 0; h->tb && i < sizeof kinds / sizeof kinds[0]; i++)
+    t->backend_failures += test_backend_failed (h->tb, kinds[i]);
+  for (unsigned i = 0; i < h->nr_lanes; i++) {
+    const struct lane_counts *n = &h->lane[i].n;
+
+    t->requests_failed += n->failed;
+    t->flushes_failed += n->flushes_failed;
+    t->flushes_after_failure += n->flushes_after_failure;
+    t->fua_cuts += n->fua_cuts;
+    t->fua_cuts_held += n->fua_cuts_held;
+  }
 }
 
 enum harness_fault
@@ -2015,6 +2744,9 @@ harness_free (struct harness *h)
     timer_service_free (h->ts);
   for (unsigned i = 0; i < h->nr_lanes; i++)
     lane_free (&h->lane[i]);
+  for (unsigned i = 0; i < h->nr_sessions; i++)
+    session_free (h->session[i]);
+  answers_free (h->answers);
   pthread_mutex_destroy (&h->lock);
   free (h);
 }
@@ -2033,6 +2765,7 @@ run_end (struct harness *h, FILE *report)
   r.ops_applied = h->lane[0].nr_ops;
   harness_queue_stats (h, &r.stats);
   r.max_flush_ns = harness_max_flush_ns (h);
+  harness_tally (h, &r.tally);
   if (r.fault != FAULT_NONE && report)
     harness_report (h, report, 40);
   harness_free (h);

@@ -11,6 +11,8 @@
  * reads and extents against the model as it goes, reads the backend
  * directly (bypassing the queue) after every FLUSH and FUA and every 16
  * ops, and compares the whole backend after the queue has drained.
+ * Durable means what a power cut could leave: the backend's bytes not
+ * changed since its last flush began must be no older than promised.
  *
  * The queue writes through the test backend (test_backends.h) over the
  * memory backend, which checks the backend contract as it is used
@@ -25,6 +27,27 @@
  * token holders at once, or asynchronous operations completed out of
  * order on its own threads.
  *
+ * In fault mode (backend_params.faults, a quarter of the runs) it also
+ * fails writes, zeroes and trims in stretches (EIO or ENOSPC, now and
+ * then ENOMEM) and now and then a flush, as a disk filling up or a
+ * remote going away does.  The rules the harness holds the queue to
+ * then (queue_failing.c, queue_flush.c):
+ *   - reads and extents stay exact: an answered write whose write-back
+ *     fails is kept and tried again, never dropped (ack=queued);
+ *   - a write, zero or trim may fail (ack=dispatched or FUA: its own
+ *     write-out failed; around the queue; or the queue was full while
+ *     data was failing): its range is unspecified from then on;
+ *   - a FLUSH or FUA may fail, and promises nothing then; one that
+ *     succeeds keeps its promise, checked as above;
+ *   - at the end the backend recovers: a FLUSH must succeed by its
+ *     second try (the first may report a failed backend flush its
+ *     session was not told of), queue_stop must not lose data, and the
+ *     drain's comparison is exact.
+ * A failed backend flush loses nothing in the memory backend, so what
+ * the errseq rule adds (every FLUSH and FUA that arrived before the
+ * failure was reported to its session fails) shows only in scripted
+ * cases that hold the flush at the gate (test_model.c).
+ *
  * The same op generator serves the random model test and the fuzzer: it
  * turns a byte stream (a seeded PRNG or the fuzzer's input) into requests
  * that hit overlaps, exact adjacency, disk boundaries and unaligned cases.
@@ -34,7 +57,16 @@
  * bytes: either each lane owns a region of the disk, or the disk is cut
  * into stripes dealt out to the lanes in turn, and each lane writes its
  * own mostly in ascending order, so that lanes continue each other's
- * writes as clients writing one interleaved stream do.
+ * writes as clients writing one interleaved stream do.  Lanes may share
+ * sessions (harness_params.sessions), as requests of one connection in
+ * flight at once.  A FLUSH on any lane covers what every lane was
+ * answered before it was sent (multi-conn): a record of every lane's
+ * answers on one clock is checked against the backend after each.
+ *
+ * A scripted op, MOP_FUA_CUT, holds an older write at the backend's gate,
+ * queues a FUA write behind it and cuts that in the queue with a newer
+ * write or zero: the FUA write's answer must find its whole range
+ * durable, with the newer bytes (issue 39).
  */
 #ifndef PLUGQ_TESTS_MODEL_H
 #define PLUGQ_TESTS_MODEL_H
@@ -58,6 +90,10 @@ enum model_op_kind {
   MOP_EXTENTS,
   MOP_CACHE,
   MOP_SLEEP,                    /* lets unplug timers fire between ops */
+  /* A FUA write held in the queue and cut there (harness_apply): three
+   * requests at once, on threads of their own.  Scripted cases only.
+   */
+  MOP_FUA_CUT,
   MOP_KINDS
 };
 
@@ -67,7 +103,19 @@ struct model_op {
   uint64_t offset;
   uint64_t count;               /* bytes; microseconds for MOP_SLEEP */
   uint32_t tag;                 /* names the op and seeds a write's data */
+  /* MOP_FUA_CUT: the newer request that cuts the FUA write, a MOP_WRITE
+   * or MOP_ZERO of [cut_offset, cut_offset + cut_count) inside it.
+   */
+  enum model_op_kind cut_kind;
+  uint64_t cut_offset, cut_count;
 };
+
+/* The requests op sends, oldest first, into parts (room for
+ * MODEL_OP_MAX_PARTS): op itself, or a MOP_FUA_CUT's three writes.
+ * Their tags differ.  Returns how many.
+ */
+#define MODEL_OP_MAX_PARTS 3
+size_t model_op_parts (const struct model_op *, struct model_op *parts);
 
 /* "write 0x1000+512 fua" */
 void model_op_format (const struct model_op *, char *buf, size_t len);
@@ -101,6 +149,10 @@ void model_write (struct model *, uint64_t offset, uint64_t count,
                   const uint8_t *data);
 void model_zero (struct model *, uint64_t offset, uint64_t count);
 void model_trim (struct model *, uint64_t offset, uint64_t count);
+/* A write, zero or trim that failed: NBD leaves its range unspecified,
+ * so it may read as anything until written again (as if trimmed).
+ */
+void model_unspecified (struct model *, uint64_t offset, uint64_t count);
 /* The backend now holds the current contents of the range, and with
  * durable a backend flush has covered them (FLUSH, FUA).
  */
@@ -237,7 +289,15 @@ struct backend_params {
   unsigned writers;             /* >1: max_writers of a synchronous one */
   bool writes_to_memory;        /* synchronous: writes may go around the
                                  * queue (queue_bypass.c) */
+  /* > 0: the backend fails writes, zeroes and trims in stretches and
+   * now and then a flush (test_backend_faults), as fault level `faults`
+   * (1..HARNESS_FAULT_LEVELS) sets out; until the run ends, when it
+   * recovers (harness_flush_all).
+   */
+  unsigned faults;
 };
+
+#define HARNESS_FAULT_LEVELS 4
 
 #define HARNESS_MAX_LANES 8
 
@@ -254,6 +314,11 @@ struct harness_params {
    * each other as several clients writing one interleaved stream do.
    */
   uint64_t stripe;
+  /* > 0: the lanes share this many sessions, lane i the session
+   * i % sessions, as requests of one connection in flight at once;
+   * 0: a session each.
+   */
+  unsigned sessions;
   bool verbose;                 /* print every op as a TAP comment */
 };
 
@@ -315,17 +380,22 @@ void harness_lane_generator (struct harness *, unsigned lane,
                              struct op_generator *);
 
 /* Applies op through the queue and to lane's model and checks it.  Safe
- * to call from one thread per lane.  False once the lane has failed.
+ * to call from one thread per lane (MOP_FUA_CUT: of a harness with one
+ * lane).  False once the lane has failed.
  */
 bool harness_apply (struct harness *, unsigned lane, const struct model_op *);
 
 /* Quiescent lanes only: a FLUSH through lane 0's session, then every
- * lane's data must be on the backend.
+ * lane's data must be on the backend.  In fault mode the backend
+ * recovers first, for good, and the FLUSH may fail once (a failed
+ * backend flush lane 0's session was not told of), not twice.
  */
 bool harness_flush_all (struct harness *);
 
-/* Drains the queue (queue_stop), compares the whole backend with every
- * lane's model and checks the counters.  Call once, after all lanes.
+/* Drains the queue (queue_stop, which must not report lost data),
+ * compares the whole backend with every lane's model and checks the
+ * counters; in fault mode after harness_flush_all, unless it ran.  Call
+ * once, after all lanes.
  */
 bool harness_finish (struct harness *);
 
@@ -352,6 +422,22 @@ void harness_queue_stats (const struct harness *, struct queue_stats *);
 /* The slowest FLUSH any lane saw (after the lanes are done). */
 uint64_t harness_max_flush_ns (const struct harness *);
 
+/* What a run's fault mode and MOP_FUA_CUT ops did, over every lane (a
+ * test that tells what it covered reads it after the lanes are done).
+ */
+struct harness_tally {
+  uint64_t backend_failures;    /* calls the backend failed on purpose */
+  uint64_t requests_failed;     /* writes, zeroes, trims answered -1 */
+  uint64_t flushes_failed;      /* FLUSHes answered -1 */
+  uint64_t flushes_after_failure;       /* FLUSHes that succeeded after
+                                         * one had failed */
+  uint64_t fua_cuts;            /* MOP_FUA_CUT ops */
+  uint64_t fua_cuts_held;       /* ... whose FUA write waited behind the
+                                 * older write held at the gate */
+};
+
+void harness_tally (const struct harness *, struct harness_tally *);
+
 /* The ops lane applied so far, in order. */
 const struct model_op *harness_lane_ops (const struct harness *,
                                          unsigned lane, size_t *n);
@@ -369,6 +455,7 @@ struct run_result {
   size_t ops_applied;           /* by lane 0 */
   struct queue_stats stats;     /* the queue's counters at the end */
   uint64_t max_flush_ns;        /* the slowest FLUSH */
+  struct harness_tally tally;
 };
 
 /* One lane, ops from src until max_ops or the source runs out.  With

@@ -29,6 +29,17 @@ struct tb_kind {
   unsigned tokens;              /* calls the shut gate still lets through */
   unsigned fail_next;
   int fail_errno;
+  uint64_t failed;              /* calls failed on purpose */
+};
+
+/* The seeded fault mode (test_backend_faults), under tb->lock. */
+struct tb_fault_state {
+  bool on;
+  struct tb_faults cfg;
+  uint64_t rng;
+  bool failing;                 /* in a failing stretch */
+  unsigned left;                /* changing calls left in the stretch */
+  int errnum;                   /* the failing stretch's errno */
 };
 
 /* A range being changed: a synchronous call's (io NULL) or a submitted
@@ -58,6 +69,7 @@ struct test_backend {
   enum tb_trim trim;
   bool jitter;
   uint64_t rng;                 /* under lock */
+  struct tb_fault_state faults;
 
   /* Contract checks: fault is NULL until test_backend_check_contract. */
   struct tb_contract contract;
@@ -441,6 +453,55 @@ log_call (struct test_backend *tb, const struct tb_call *call)
     logged->busy += tb->kind[op].entered - tb->kind[op].completed;
 }
 
+/* Under tb->lock: the fault mode's next draw (xorshift64*). */
+static uint64_t
+fault_random (struct test_backend *tb)
+{
+  uint64_t *x = &tb->faults.rng;
+
+  lock_assert_held (&tb->lock);
+  *x ^= *x >> 12;
+  *x ^= *x << 25;
+  *x ^= *x >> 27;
+  return *x * UINT64_C (2685821657736338717);
+}
+
+/* Under tb->lock: the next stretch of changing calls, the other kind
+ * of the last one.
+ */
+static void
+fault_next_stretch (struct test_backend *tb)
+{
+  struct tb_fault_state *f = &tb->faults;
+  unsigned longest = f->failing ? f->cfg.healthy_calls : f->cfg.failing_calls;
+
+  lock_assert_held (&tb->lock);
+  f->failing = !f->failing;
+  f->left = 1 + fault_random (tb) % MAX (longest, 1u);
+  f->errnum = fault_random (tb) & 1 ? ENOSPC : EIO;
+}
+
+/* Under tb->lock: the errno the fault mode fails a call of kind op
+ * with, or 0.
+ */
+static int
+fault_errno (struct test_backend *tb, enum tb_op op)
+{
+  struct tb_fault_state *f = &tb->faults;
+
+  lock_assert_held (&tb->lock);
+  if (op == TB_FLUSH)
+    return fault_random (tb) % 100 < f->cfg.flush_percent ? EIO : 0;
+  if (op != TB_PWRITEV && op != TB_ZERO && op != TB_TRIM)
+    return 0;
+  if (f->left == 0)
+    fault_next_stretch (tb);
+  f->left--;
+  if (!f->failing || fault_random (tb) % 100 >= f->cfg.fail_percent)
+    return 0;
+  return fault_random (tb) % 8 == 0 ? ENOMEM : f->errnum;
+}
+
 /* Logs the call, waits at the gate, and says whether to fail it.  Drops
  * tb->lock while the gate is shut.
  */
@@ -462,6 +523,10 @@ call_begin (struct test_backend *tb, const struct tb_call *call)
     k->fail_next--;
     err = k->fail_errno;
   }
+  else if (tb->faults.on)
+    err = fault_errno (tb, call->op);
+  if (err)
+    k->failed++;
   lock_release (&tb->lock);
   return err;
 }
@@ -1315,6 +1380,7 @@ test_backend_release_all (struct test_backend *tb)
     tb->kind[op].tokens = 0;
     tb->kind[op].fail_next = 0;
   }
+  tb->faults.on = false;
   pthread_cond_broadcast (&tb->changed);
   lock_release (&tb->lock);
 }
@@ -1327,6 +1393,34 @@ test_backend_fail (struct test_backend *tb, enum tb_op op, unsigned n,
   tb->kind[op].fail_next = n;
   tb->kind[op].fail_errno = errnum;
   lock_release (&tb->lock);
+}
+
+/* ------------------------------------------------------------ faults */
+
+void
+test_backend_faults (struct test_backend *tb, const struct tb_faults *f)
+{
+  lock_acquire (&tb->lock);
+  tb->faults = (struct tb_fault_state) {
+    .on = true, .cfg = *f, .rng = f->seed | 1, .failing = true,
+  };
+  /* Healthy first: the stretch after a failing one of no calls. */
+  fault_next_stretch (tb);
+  lock_release (&tb->lock);
+}
+
+void
+test_backend_faults_off (struct test_backend *tb)
+{
+  lock_acquire (&tb->lock);
+  tb->faults.on = false;
+  lock_release (&tb->lock);
+}
+
+uint64_t
+test_backend_failed (struct test_backend *tb, enum tb_op op)
+{
+  return read_counter (tb, &tb->kind[op].failed);
 }
 
 /* ------------------------------------------------------------ contents */

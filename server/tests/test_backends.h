@@ -10,7 +10,9 @@
  *  - hold calls of one kind at a gate until released (all at once or a
  *    few at a time), to prove what does not wait for a slow backend;
  *  - fail the next N calls of one kind with a chosen errno, to drive
- *    write-back error latching;
+ *    write-back error latching; or, seeded, fail writes, zeroes and trims
+ *    in stretches and now and then a flush, as a disk that fills up or
+ *    a remote that goes away and comes back does;
  *  - behave as an asynchronous backend (submit, several operations in
  *    flight), so the same cases cover that dispatch path, with the
  *    operations finished oldest first or, with jitter, late and in any
@@ -203,7 +205,9 @@ bool test_backend_saw (struct test_backend *, enum tb_op, uint64_t offset);
 void test_backend_block (struct test_backend *, enum tb_op);
 void test_backend_step (struct test_backend *, enum tb_op, unsigned n);
 void test_backend_release (struct test_backend *, enum tb_op);
-/* Opens every gate and cancels pending failures: teardown must drain. */
+/* Opens every gate, cancels pending failures and ends the fault mode:
+ * teardown must drain.
+ */
 void test_backend_release_all (struct test_backend *);
 
 /* The next n calls of kind op fail with errnum without reaching the
@@ -211,6 +215,40 @@ void test_backend_release_all (struct test_backend *);
  */
 void test_backend_fail (struct test_backend *, enum tb_op, unsigned n,
                         int errnum);
+
+/* ------------------------------------------------------------ faults */
+
+/* A backend that fails now and then.  Writes, zeroes and trims come in
+ * stretches, counted in those calls: a healthy stretch of
+ * 1..healthy_calls, where none fails, then a failing one of
+ * 1..failing_calls, where fail_percent of them fail, and so on.  A
+ * failing stretch has one errno, EIO or ENOSPC, and one failure in eight
+ * is ENOMEM instead (which the queue tries again while the batch stays
+ * in flight).  Any backend flush fails with EIO at flush_percent.  A
+ * failed call never reaches the inner backend: it changes nothing, and
+ * a failed flush leaves what was written as it was (the memory backend
+ * loses nothing), only not durable.  Lengths and choices come from a
+ * PRNG seeded with seed, drawn in the order calls arrive.
+ */
+struct tb_faults {
+  uint64_t seed;
+  unsigned healthy_calls;       /* > 0 */
+  unsigned failing_calls;       /* > 0 */
+  unsigned fail_percent;
+  unsigned flush_percent;
+};
+
+/* From now on, until test_backend_faults_off: calls fail as f says,
+ * starting with a healthy stretch.  Calls held at a gate are decided
+ * when they pass it.
+ */
+void test_backend_faults (struct test_backend *, const struct tb_faults *f);
+void test_backend_faults_off (struct test_backend *);
+
+/* Calls of kind op failed on purpose so far (test_backend_fail or
+ * faults): they never reached the inner backend.
+ */
+uint64_t test_backend_failed (struct test_backend *, enum tb_op);
 
 /* ------------------------------------------------------------ contents */
 

@@ -5,27 +5,37 @@
  * every FUA and the final drain are checked.  Each (elevator, ack mode)
  * pair runs many seeds, and each seed picks its own queue knobs, disk
  * size and backend properties, so the seeds sweep the configurations too.
- * Then a few hand-written sequences for the classic ordering traps, a
- * multi-threaded run where clients in disjoint regions share one queue,
- * and one where eight clients write interleaved stripes of one disk on
- * an asynchronous backend, so that waiting writes continue each other's
- * writes in flight and are held behind the busy stream (queue.c,
- * behind_busy_stream): every such group must show held and merged
- * waiting writes in the queue's counters.
+ * A quarter of the seeds run on a backend that fails now and then
+ * (model.h, fault mode).  Then a few hand-written sequences for the
+ * classic ordering traps, among them FUA writes cut while they wait in
+ * the queue (issue 39); a multi-threaded run where clients in disjoint
+ * regions share one queue, and one where eight clients write interleaved
+ * stripes of one disk on an asynchronous backend, so that waiting writes
+ * continue each other's writes in flight and are held behind the busy
+ * stream (queue.c, behind_busy_stream): every such group must show held
+ * and merged waiting writes in the queue's counters.  Then every seed in
+ * fault mode, with one client and with four on two sessions, each group
+ * showing failed requests, failed FLUSHes and FLUSHes that succeeded
+ * after; and the errseq rule's cases, with a failing backend flush held
+ * at the gate while a second request arrives.
  *
  * Environment:
  *   PLUGQ_MODEL_SEEDS=N      seeds in all, shared out among the four
- *                            (elevator, ack) pairs (default 160: about
- *                            20 s in all under AddressSanitizer)
+ *                            (elevator, ack) pairs, and scaling the
+ *                            fault groups (default 160: about 35 s in
+ *                            all under AddressSanitizer)
  *   PLUGQ_MODEL_FIRST_SEED=N first seed (default 0)
  *   PLUGQ_MODEL_OPS=N        ops per seed, and per client of the
  *                            threaded runs (default 300)
  *   PLUGQ_MODEL_STRIPE_SEEDS=N  seeds per striped group (default 2)
  *   PLUGQ_MODEL_SEED=N       replay seed N only (all pairs, or the one in
  *                            PLUGQ_MODEL_GROUP, e.g. "noop/dispatched")
+ *   PLUGQ_MODEL_FAULTS=L     with a replay: fault level L (1-4) whatever
+ *                            the seed chose, as the fault groups do
  *   PLUGQ_MODEL_SHRINK=1     with a replay that fails: cut the ops down
  *                            to a short sequence that still fails
- *   PLUGQ_MODEL_VERBOSE=1    print every op
+ *   PLUGQ_MODEL_VERBOSE=1    print every op, and every message of the
+ *                            engine (else only its last few, on failure)
  *   PLUGQ_MODEL_INPUT=FILE   replay a fuzz_queue input (a crash file)
  *   PLUGQ_MODEL_TIMEOUT=S    abort when no op completes for S seconds
  *                            (default 60): a hang is a failure too
@@ -45,10 +55,12 @@
 #include <unistd.h>
 
 #include "elevator/elevator.h"
+#include "common/log.h"
 #include "common/minmax.h"
 #include "fixtures.h"
 #include "model.h"
 #include "queue/queue.h"
+#include "queue/session.h"
 #include "tap.h"
 
 #define KiB (UINT64_C (1024))
@@ -79,6 +91,7 @@ static struct {
   uint64_t seeds, first_seed, ops, stripe_seeds;
   bool verbose, shrink;
   unsigned timeout;
+  unsigned faults;              /* replays: this fault level, 0: chosen */
 } opt;
 
 static uint64_t
@@ -87,6 +100,58 @@ env_u64 (const char *name, uint64_t dflt)
   const char *s = getenv (name);
 
   return s && *s ? strtoull (s, NULL, 0) : dflt;
+}
+
+/* ------------------------------------------------------------ engine log */
+
+/* The engine's error messages: a backend that fails on purpose makes
+ * hundreds, so only the last ENGINE_LINES of the run at hand are kept
+ * and printed with its failure (every one with PLUGQ_MODEL_VERBOSE=1).
+ */
+#define ENGINE_LINES 8
+
+static struct {
+  pthread_mutex_t lock;
+  char line[ENGINE_LINES][200];
+  unsigned next, count;
+} engine_log = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static void
+engine_error (const char *msg)
+{
+  pthread_mutex_lock (&engine_log.lock);
+  snprintf (engine_log.line[engine_log.next], sizeof engine_log.line[0],
+            "%s", msg);
+  engine_log.next = (engine_log.next + 1) % ENGINE_LINES;
+  engine_log.count++;
+  if (opt.verbose)
+    printf ("# engine: %s\n", msg);
+  pthread_mutex_unlock (&engine_log.lock);
+}
+
+static void
+engine_log_clear (void)
+{
+  pthread_mutex_lock (&engine_log.lock);
+  engine_log.next = engine_log.count = 0;
+  pthread_mutex_unlock (&engine_log.lock);
+}
+
+/* After a failure: what the engine said last. */
+static void
+engine_log_print (void)
+{
+  unsigned n;
+
+  pthread_mutex_lock (&engine_log.lock);
+  n = MIN (engine_log.count, (unsigned) ENGINE_LINES);
+  if (n)
+    printf ("#   the engine's last %u of %u messages:\n", n,
+            engine_log.count);
+  for (unsigned i = 0; i < n; i++)
+    printf ("#     %s\n", engine_log.line[(engine_log.next + ENGINE_LINES
+                                             - n + i) % ENGINE_LINES]);
+  pthread_mutex_unlock (&engine_log.lock);
 }
 
 /* ------------------------------------------------------------ watchdog */
@@ -108,6 +173,7 @@ watch (const char *fmt, ...)
   vsnprintf (watch_what, sizeof watch_what, fmt, ap);
   va_end (ap);
   pthread_mutex_unlock (&watch_lock);
+  engine_log_clear ();          /* a new run */
 }
 
 static void *
@@ -128,6 +194,7 @@ watchdog (void *arg)
       printf ("# watchdog: no op finished for %u s in %s"
               " (replay it with PLUGQ_MODEL_VERBOSE=1 to see the op)\n",
               idle, watch_what);
+      engine_log_print ();
       fflush (stdout);
       abort ();
     }
@@ -206,23 +273,28 @@ shrink_and_report (const struct harness_params *params,
 
 /* ------------------------------------------------------------ seeds */
 
+/* faults > 0: that fault level whatever the seed chose. */
 static void
-seed_params (const struct group *g, uint64_t seed, struct harness_params *p,
-             struct byte_source *src)
+seed_params (const struct group *g, uint64_t seed, unsigned faults,
+             struct harness_params *p, struct byte_source *src)
 {
   /* Same seed, same knobs and ops in every pair: only the elevator and
    * the ack mode differ, which makes a failure easy to compare.
    */
   byte_source_seed (src, seed);
   harness_params_choose (p, src, g->elevator, g->ack);
+  if (faults)
+    p->backend.faults = faults;
   p->verbose = opt.verbose;
 }
 
-/* One seed; on failure the report goes to stdout as TAP comments, and
- * with shrink the failing ops are cut down.
+/* One seed, at fault level faults (0: as the seed chose); on failure
+ * the report goes to stdout as TAP comments, and with shrink the failing
+ * ops are cut down.  What the fault mode did goes to *tally.
  */
 static bool
-run_seed (const struct group *g, uint64_t seed, bool shrink)
+run_seed (const struct group *g, uint64_t seed, unsigned faults, bool shrink,
+          struct harness_tally *tally)
 {
   struct harness_params p;
   struct byte_source src;
@@ -234,8 +306,9 @@ run_seed (const struct group *g, uint64_t seed, bool shrink)
   const struct model_op *log;
   bool ok;
 
-  seed_params (g, seed, &p, &src);
-  watch ("%s seed %" PRIu64, g->name, seed);
+  seed_params (g, seed, faults, &p, &src);
+  watch ("%s seed %" PRIu64 " (PLUGQ_MODEL_FAULTS=%u)", g->name, seed,
+         p.backend.faults);
   h = harness_new (&p);
   if (h == NULL)
     return false;
@@ -244,11 +317,14 @@ run_seed (const struct group *g, uint64_t seed, bool shrink)
     if (!op_generator_next (&gen, &src, &op) || !harness_apply (h, 0, &op))
       break;
   ok = harness_finish (h);
+  harness_tally (h, tally);
   if (!ok) {
     kind = harness_fault (h, NULL, &index);
     printf ("# %s seed %" PRIu64 " failed; replay: PLUGQ_MODEL_SEED=%"
-            PRIu64 " PLUGQ_MODEL_GROUP=%s\n", g->name, seed, seed, g->name);
+            PRIu64 " PLUGQ_MODEL_GROUP=%s PLUGQ_MODEL_FAULTS=%u\n",
+            g->name, seed, seed, g->name, p.backend.faults);
     harness_report (h, stdout, REPORT_OPS);
+    engine_log_print ();
     log = harness_lane_ops (h, 0, &n);
     if (shrink && kind != FAULT_SETUP)
       shrink_and_report (&p, log, index == SIZE_MAX ? n : index + 1, kind);
@@ -269,11 +345,14 @@ run_batches (const struct group *g)
     double t0 = test_now_s ();
 
     /* The first failure ends the batch: its report is the useful one. */
-    for (uint64_t s = first; s < last; s++)
-      if (!run_seed (g, s, false)) {
+    for (uint64_t s = first; s < last; s++) {
+      struct harness_tally t;
+
+      if (!run_seed (g, s, 0, false, &t)) {
         failed = s;
         break;
       }
+    }
     if (failed != UINT64_MAX)
       tap_ok (false, "%s: seeds %" PRIu64 "..%" PRIu64 ", %" PRIu64
               " ops each: seed %" PRIu64 " failed", g->name, first,
@@ -295,6 +374,10 @@ struct step {
   int64_t offset;
   uint64_t count;
   unsigned flags;
+  /* MOP_FUA_CUT: the newer request that cuts the FUA write. */
+  enum model_op_kind cut_kind;
+  int64_t cut_offset;
+  uint64_t cut_count;
 };
 
 struct scenario {
@@ -303,14 +386,21 @@ struct scenario {
   struct step steps[24];
 };
 
-#define R(o, n) { MOP_READ, (o), (n), 0 }
-#define W(o, n) { MOP_WRITE, (o), (n), 0 }
-#define WF(o, n) { MOP_WRITE, (o), (n), REQ_FUA }
-#define Z(o, n, f) { MOP_ZERO, (o), (n), (f) }
-#define T(o, n) { MOP_TRIM, (o), (n), 0 }
-#define X(o, n) { MOP_EXTENTS, (o), (n), 0 }
-#define F { MOP_FLUSH, 0, 0, 0 }
-#define END { MOP_KINDS, 0, 0, 0 }
+#define STEP(k, o, n, f) { .kind = (k), .offset = (o), .count = (n), .flags = (f) }
+#define R(o, n) STEP (MOP_READ, (o), (n), 0)
+#define W(o, n) STEP (MOP_WRITE, (o), (n), 0)
+#define WF(o, n) STEP (MOP_WRITE, (o), (n), REQ_FUA)
+#define Z(o, n, f) STEP (MOP_ZERO, (o), (n), (f))
+#define T(o, n) STEP (MOP_TRIM, (o), (n), 0)
+#define X(o, n) STEP (MOP_EXTENTS, (o), (n), 0)
+#define F STEP (MOP_FLUSH, 0, 0, 0)
+/* A FUA write of [o, o + n) held behind an older write in flight, cut
+ * by a newer k (MOP_WRITE or MOP_ZERO) of [co, co + cn) in the queue.
+ */
+#define FC(o, n, k, co, cn) \
+  { .kind = MOP_FUA_CUT, .offset = (o), .count = (n), .flags = REQ_FUA, \
+    .cut_kind = (k), .cut_offset = (co), .cut_count = (cn) }
+#define END STEP (MOP_KINDS, 0, 0, 0)
 
 static const struct scenario scenarios[] = {
   { "newer overlapping write sorts first (W1[8,16) then W2[0,12))", 0,
@@ -352,6 +442,22 @@ static const struct scenario scenarios[] = {
     { W (0, 65536), Z (0, 4096, REQ_MAY_TRIM), Z (4096, 4096, 0),
       Z (8192, 4096, REQ_MAY_TRIM), X (0, 65536), R (0, 65536), F,
       X (0, 65536), R (0, 65536), END } },
+  /* Issue 39: its pieces went out with FUA and it was answered, while
+   * the zero in its middle went out without; a power cut could leave
+   * neither there.  A FLUSH after each leaves the queue empty for the
+   * next, so that its older write is the one the gate holds.
+   */
+  { "a waiting FUA write cut in the middle by a zero, then by a write", 0,
+    { FC (0, 12288, MOP_ZERO, 4096, 4096), F, R (0, 12288),
+      FC (65536, 12288, MOP_WRITE, 69632, 4096), F, R (65536, 12288),
+      FC (131072, 10000, MOP_WRITE, 133000, 100), F, R (131072, 10000),
+      END } },
+  { "a waiting FUA write cut at the front and at the back", 0,
+    { FC (0, 12288, MOP_ZERO, 0, 4096), F,
+      FC (65536, 12288, MOP_ZERO, 73728, 4096), F,
+      FC (131072, 12288, MOP_WRITE, 131072, 4096), F,
+      FC (196608, 12288, MOP_WRITE, 204800, 4096), F,
+      R (0, 262144), END } },
 };
 
 #undef R
@@ -361,7 +467,9 @@ static const struct scenario scenarios[] = {
 #undef T
 #undef X
 #undef F
+#undef FC
 #undef END
+#undef STEP
 
 static size_t
 scenario_ops (const struct scenario *sc, uint64_t size, struct model_op *ops)
@@ -372,19 +480,24 @@ scenario_ops (const struct scenario *sc, uint64_t size, struct model_op *ops)
     ops[n] = (struct model_op) {
       .kind = s->kind, .flags = s->flags, .count = s->count,
       .offset = s->offset < 0 ? size + s->offset : (uint64_t) s->offset,
-      .tag = n + 1,
+      .tag = n + 1, .cut_kind = s->cut_kind, .cut_count = s->cut_count,
+      .cut_offset = s->cut_offset < 0 ? size + s->cut_offset
+      : (uint64_t) s->cut_offset,
     };
   return n;
 }
 
 /* Long plugs keep every request queued until a trigger; short ones let
  * the timer race the requests, and an asynchronous backend completes
- * them out of order.  Defaults otherwise, whole memory disk.
+ * them out of order, with FUA or without (its batches carry FUA, as an
+ * NBD backend's to a server with FUA).  Defaults otherwise, whole
+ * memory disk.
  */
-enum variant { LONG_PLUG, SHORT_PLUG, ASYNC_BACKEND, VARIANTS };
+enum variant { LONG_PLUG, SHORT_PLUG, ASYNC_BACKEND, ASYNC_FUA, VARIANTS };
 
 static const char *const variant_names[VARIANTS] = {
-  "long plugs", "short plugs", "short plugs, async backend"
+  "long plugs", "short plugs", "short plugs, async backend",
+  "short plugs, async backend with FUA",
 };
 
 static void
@@ -401,8 +514,9 @@ scenario_params (const struct group *g, const struct scenario *sc,
   p->config.unplug_thresh = v == LONG_PLUG ? 1000 : 4;
   p->config.unplug_delay_ns = v == LONG_PLUG && g->ack == ACK_QUEUED
     ? 1 * SEC : 100 * US;
-  if (v == ASYNC_BACKEND)
+  if (v == ASYNC_BACKEND || v == ASYNC_FUA)
     p->backend.async = 4;
+  p->backend.fua = v == ASYNC_FUA;
 }
 
 static void
@@ -415,13 +529,23 @@ run_scenario (const struct scenario *sc)
   for (size_t gi = 0; gi < NR_GROUPS; gi++)
     for (enum variant v = 0; v < VARIANTS; v++) {
       struct harness_params p;
+      struct run_result r;
       size_t n;
 
       scenario_params (&groups[gi], sc, v, &p);
       n = scenario_ops (sc, p.disk_size, ops);
       watch ("scenario \"%s\" %s", sc->name, groups[gi].name);
       runs++;
-      if (run_ops (&p, ops, n, stdout).fault != FAULT_NONE) {
+      r = run_ops (&p, ops, n, stdout);
+      /* Each fua-cut must have held its FUA write behind the older
+       * write in flight, or it tested something else.
+       */
+      if (r.fault == FAULT_NONE && r.tally.fua_cuts_held < r.tally.fua_cuts)
+        printf ("# only %" PRIu64 " of %" PRIu64 " fua-cuts had their FUA"
+                " write wait behind the older write the gate held\n",
+                r.tally.fua_cuts_held, r.tally.fua_cuts);
+      if (r.fault != FAULT_NONE || r.tally.fua_cuts_held < r.tally.fua_cuts) {
+        engine_log_print ();
         printf ("# ... in %s with %s\n", groups[gi].name, variant_names[v]);
         failures++;
       }
@@ -437,40 +561,45 @@ run_scenario (const struct scenario *sc)
  */
 static uint64_t threaded_flush_ns_max;
 
-/* p->lanes clients at once (run_threaded); the queue's counters in *st.
- * On failure the report names the run as `what`.
+/* p->lanes clients at once (run_threaded).  On failure the report names
+ * the run as `what`.
  */
-static bool
-run_lanes (const struct harness_params *p, const char *what, uint64_t seed,
-           struct queue_stats *st)
+static struct run_result
+run_lanes (const struct harness_params *p, const char *what, uint64_t seed)
 {
   struct run_result r;
 
-  watch ("%s seed %" PRIu64, what, seed);
+  watch ("%s seed %" PRIu64 " (fault level %u)", what, seed,
+         p->backend.faults);
   r = run_threaded (p, seed, opt.ops, stdout);
   if (r.max_flush_ns > threaded_flush_ns_max)
     threaded_flush_ns_max = r.max_flush_ns;
-  *st = r.stats;
-  if (r.fault != FAULT_NONE)
-    printf ("# (that was %s seed %" PRIu64 ")\n", what, seed);
-  return r.fault == FAULT_NONE;
+  if (r.fault != FAULT_NONE) {
+    printf ("# (that was %s seed %" PRIu64 ", fault level %u)\n", what,
+            seed, p->backend.faults);
+    engine_log_print ();
+  }
+  return r;
 }
 
 /* THREAD_LANES clients at once, each in its own region, so each one's
- * model stays exact while the queue interleaves them.
+ * model stays exact while the queue interleaves them; at fault level
+ * faults (0: as the seed chose) with `sessions` sessions (0: one each).
  */
-static bool
-run_threaded_seed (const struct group *g, uint64_t seed)
+static struct run_result
+run_threaded_seed (const struct group *g, uint64_t seed, unsigned faults,
+                   unsigned sessions)
 {
   struct harness_params p;
   struct byte_source src;
-  struct queue_stats st;
-  char what[64];
+  char what[96];
 
-  seed_params (g, seed, &p, &src);
+  seed_params (g, seed, faults, &p, &src);
   p.lanes = THREAD_LANES;
-  snprintf (what, sizeof what, "threads %s", g->name);
-  return run_lanes (&p, what, seed, &st);
+  p.sessions = sessions;
+  snprintf (what, sizeof what, "threads %s%s", g->name,
+            faults ? " with faults" : "");
+  return run_lanes (&p, what, seed);
 }
 
 static void
@@ -482,7 +611,7 @@ run_threaded_group (const struct group *g)
 
   threaded_flush_ns_max = 0;
   for (uint64_t s = first; s < last; s++)
-    if (!run_threaded_seed (g, s)) {
+    if (run_threaded_seed (g, s, 0, 0).fault != FAULT_NONE) {
       failed = s;
       break;
     }
@@ -497,6 +626,136 @@ run_threaded_group (const struct group *g)
             test_now_s () - t0, threaded_flush_ns_max / 1e6);
 }
 
+/* ------------------------------------------------------------ faults */
+
+/* Every seed here has the fault mode (a quarter of the seeds above have
+ * it by their own choice): the backend fails writes, zeroes and trims in
+ * stretches and now and then a flush, at the seed's level
+ * (backend_params.faults).  Reads must match the model exactly
+ * throughout; a write, zero, trim, FLUSH or FUA may fail, and one that
+ * succeeds must keep its promise; a FLUSH on any client covers what
+ * every client was answered before it; the run ends with the backend
+ * recovered and a FLUSH that succeeds by its second try, then an exact
+ * drain.  One client, then THREAD_LANES clients on FAULT_SESSIONS
+ * sessions (each with requests of two clients in flight at once).  Each
+ * group must show failed requests, failed FLUSHes and FLUSHes that
+ * succeeded after one had failed: the mode must be exercised, not only
+ * on.  Per pair, two fifths as many seeds as above with one client, a
+ * fifth with several (16 and 8 by default), and at least a seed at each
+ * fault level with one client.
+ */
+#define FAULT_SESSIONS 2
+
+static uint64_t
+fault_seeds (void)
+{
+  return MAX (opt.seeds * 2 / 5, (uint64_t) HARNESS_FAULT_LEVELS);
+}
+
+static uint64_t
+fault_thread_seeds (void)
+{
+  return MAX (opt.seeds / 5, (uint64_t) 2);
+}
+
+static unsigned
+fault_level (uint64_t seed)
+{
+  return 1 + seed % HARNESS_FAULT_LEVELS;
+}
+
+static void
+tally_add (struct harness_tally *sum, const struct harness_tally *t)
+{
+  sum->backend_failures += t->backend_failures;
+  sum->requests_failed += t->requests_failed;
+  sum->flushes_failed += t->flushes_failed;
+  sum->flushes_after_failure += t->flushes_after_failure;
+  sum->fua_cuts += t->fua_cuts;
+  sum->fua_cuts_held += t->fua_cuts_held;
+}
+
+/* Whether the fault mode was exercised over a group's seeds; says what
+ * was missing.
+ */
+static bool
+faults_exercised (const struct harness_tally *t)
+{
+  if (t->requests_failed == 0)
+    printf ("# no write, zero or trim failed\n");
+  if (t->flushes_failed == 0)
+    printf ("# no FLUSH failed\n");
+  if (t->flushes_after_failure == 0)
+    printf ("# no FLUSH succeeded after one had failed\n");
+  return t->requests_failed > 0 && t->flushes_failed > 0
+    && t->flushes_after_failure > 0;
+}
+
+/* One TAP line for a fault group: what failed, or the seed that did. */
+static void
+fault_group_report (const char *what, uint64_t first, uint64_t last,
+                    uint64_t failed, const struct harness_tally *t,
+                    double t0)
+{
+  if (failed != UINT64_MAX) {
+    tap_ok (false, "%s, seeds %" PRIu64 "..%" PRIu64 ": seed %" PRIu64
+            " failed", what, first, last - 1, failed);
+    return;
+  }
+  tap_ok (faults_exercised (t), "%s, seeds %" PRIu64 "..%" PRIu64 ": %"
+          PRIu64 " backend calls failed, %" PRIu64 " requests and %" PRIu64
+          " FLUSHes failed, %" PRIu64 " FLUSHes succeeded after (%.1f s)",
+          what, first, last - 1, t->backend_failures, t->requests_failed,
+          t->flushes_failed, t->flushes_after_failure, test_now_s () - t0);
+}
+
+static void
+run_fault_group (const struct group *g)
+{
+  uint64_t first = opt.first_seed, last = first + fault_seeds ();
+  uint64_t failed = UINT64_MAX;
+  struct harness_tally sum = { 0 };
+  double t0 = test_now_s ();
+  char what[96];
+
+  for (uint64_t s = first; s < last; s++) {
+    struct harness_tally t;
+
+    if (!run_seed (g, s, fault_level (s), false, &t)) {
+      failed = s;
+      break;
+    }
+    tally_add (&sum, &t);
+  }
+  snprintf (what, sizeof what, "faults: %s, one client x %" PRIu64 " ops",
+            g->name, opt.ops);
+  fault_group_report (what, first, last, failed, &sum, t0);
+}
+
+static void
+run_fault_threaded_group (const struct group *g)
+{
+  uint64_t first = opt.first_seed, last = first + fault_thread_seeds ();
+  uint64_t failed = UINT64_MAX;
+  struct harness_tally sum = { 0 };
+  double t0 = test_now_s ();
+  char what[128];
+
+  for (uint64_t s = first; s < last; s++) {
+    struct run_result r = run_threaded_seed (g, s, fault_level (s),
+                                             FAULT_SESSIONS);
+
+    if (r.fault != FAULT_NONE) {
+      failed = s;
+      break;
+    }
+    tally_add (&sum, &r.tally);
+  }
+  snprintf (what, sizeof what, "faults: %s, %d clients on %d sessions x %"
+            PRIu64 " ops", g->name, THREAD_LANES, FAULT_SESSIONS, opt.ops);
+  fault_group_report (what, first, last, failed, &sum, t0);
+}
+
 /* ------------------------------------------------------------ stripes */
 
 /* STRIPE_LANES clients share the disk in stripes (harness_params.stripe)
@@ -507,18 +766,22 @@ run_threaded_group (const struct group *g)
  * with STREAM_BATCHES batches (queue.c, behind_busy_stream) and goes
  * out merged: the random model test reaches that rule only here.  Each
  * (elevator, ack) pair runs with FUA carried by the backend's writes and
- * by flushes, with the backend's jitter and without; each mode must
- * show held and merged waiting writes over its seeds.
+ * by flushes, with the backend's jitter and without, and once more
+ * with FUA carried on a backend in fault mode, the clients two to a
+ * session; each mode must show held and merged waiting writes over its
+ * seeds.
  */
 #define STRIPE_LANES 8
 
 struct stripe_mode {
   bool fua_carried;             /* test_backend_set_fua */
   bool jitter;                  /* operations finish late and in any order */
+  bool faults;                  /* fault_level (seed), two lanes a session */
 };
 
 static const struct stripe_mode stripe_modes[] = {
-  { true, true }, { false, true }, { true, false }, { false, false },
+  { true, true, false }, { false, true, false }, { true, false, false },
+  { false, false, false }, { true, true, true },
 };
 #define NR_STRIPE_MODES (sizeof stripe_modes / sizeof stripe_modes[0])
 
@@ -535,6 +798,10 @@ stripe_params (const struct group *g, const struct stripe_mode *m,
   harness_params_choose_striped (p, &src, g->elevator, g->ack, STRIPE_LANES);
   p->backend.fua = m->fua_carried;
   p->backend.steady = !m->jitter;
+  if (m->faults) {
+    p->backend.faults = fault_level (seed);
+    p->sessions = STRIPE_LANES / 2;
+  }
   p->verbose = opt.verbose;
 }
 
@@ -547,22 +814,23 @@ run_striped_group (const struct group *g, const struct stripe_mode *m)
   double t0 = test_now_s ();
   char what[96];
 
-  snprintf (what, sizeof what, "stripes: %s, FUA %s, %s", g->name,
+  snprintf (what, sizeof what, "stripes: %s, FUA %s, %s%s", g->name,
             m->fua_carried ? "carried" : "by flush",
-            m->jitter ? "jitter" : "steady");
+            m->jitter ? "jitter" : "steady", m->faults ? ", faults" : "");
   for (uint64_t s = first; s < last; s++) {
     struct harness_params p;
-    struct queue_stats st;
+    struct run_result r;
 
     stripe_params (g, m, s, &p);
     /* unplug-thresh=1 never merges (queue.h). */
     may_merge |= p.config.unplug_thresh > 1;
-    if (!run_lanes (&p, what, s, &st)) {
+    r = run_lanes (&p, what, s);
+    if (r.fault != FAULT_NONE) {
       failed = s;
       break;
     }
-    held += st.waits_behind_stream;
-    merged += st.waiting_merged;
+    held += r.stats.waits_behind_stream;
+    merged += r.stats.waiting_merged;
   }
   if (failed != UINT64_MAX) {
     tap_ok (false, "%s, %d clients x %" PRIu64 " ops, seeds %" PRIu64
@@ -580,6 +848,162 @@ run_striped_group (const struct group *g, const struct stripe_mode *m)
           ": %" PRIu64 " waiting writes held behind a busy stream, %" PRIu64
           " merged (%.1f s)", what, STRIPE_LANES, opt.ops, first, last - 1,
           held, merged, test_now_s () - t0);
+}
+
+/* ------------------------------------------------------------ error marks */
+
+/* The errseq rule (queue_flush.c, issue 39): a failed backend flush
+ * fails every FLUSH and FUA that a session had sent before the failure
+ * was reported to that session, however many it has in flight; only
+ * one sent after that may succeed, and every other session hears of the
+ * failure on its next FLUSH.  The memory backend loses nothing when its
+ * flush fails, so the model cannot see a FLUSH that succeeds over such
+ * a failure; and a client's requests arrive in an order no harness can
+ * observe.  So these cases hold the failing backend flush at the gate
+ * until a second request has arrived, then let it fail.
+ */
+enum second_request {
+  SECOND_FLUSH,                 /* a FLUSH of the same session */
+  SECOND_FUA,                   /* a FUA write of the same session */
+  SECOND_OTHER,                 /* a FLUSH of another session */
+  SECOND_KINDS
+};
+
+static const char *const second_names[SECOND_KINDS] = {
+  "a second FLUSH of the same connection",
+  "a FUA write of the same connection",
+  "a FLUSH of another connection",
+};
+
+struct mark_job {
+  struct queue *q;
+  struct session *s;
+  bool fua_write;               /* else a FLUSH */
+};
+
+static int
+mark_job_run (void *arg)
+{
+  struct mark_job *j = arg;
+
+  if (j->fua_write)
+    return test_write_fill (j->q, j->s, 'f', 4096, 64 * KiB, REQ_FUA);
+  return queue_flush (j->q, j->s);
+}
+
+/* Whether the request started by second has arrived at the queue: it
+ * took its session's error mark in the same hold of the queue lock.
+ */
+static bool
+second_arrived (struct queue *q, enum second_request second)
+{
+  struct queue_stats st = test_stats (q);
+
+  return second == SECOND_FUA ? st.fua_requests >= 1 : st.flushes >= 2;
+}
+
+/* A FLUSH through s, as it must be answered: ok, or failing with EIO. */
+static bool
+flush_answers (struct queue *q, struct session *s, bool ok,
+               const char *what)
+{
+  int r, err;
+
+  errno = 0;
+  r = queue_flush (q, s);
+  err = errno;
+  if (ok ? r == 0 : r == -1 && err == EIO)
+    return true;
+  printf ("# %s returned %d (%s), expected %s\n", what, r,
+          r ? strerror (err) : "success", ok ? "success" : "EIO");
+  return false;
+}
+
+/* A thread's request answered as it must be: failing with EIO. */
+static bool
+failed_with_eio (struct test_thread *t, const char *what)
+{
+  if (!test_thread_wait (t)) {
+    printf ("# %s was not answered within %d ms\n", what, TB_TIMEOUT_MS);
+    return false;
+  }
+  if (t->result == -1 && t->err == EIO)
+    return true;
+  printf ("# %s returned %d (%s), expected EIO\n", what, t->result,
+          t->result ? strerror (t->err) : "success");
+  return false;
+}
+
+/* Session a's FLUSH waits on a backend flush that the gate holds and
+ * that fails; second arrives meanwhile; then the gate opens.
+ */
+static bool
+error_mark_case (unsigned async, enum second_request second)
+{
+  struct queue_config cfg = test_config (100 * US, 4);
+  struct test_thread t1 = TEST_THREAD_INIT, t2 = TEST_THREAD_INIT;
+  struct session *a = NULL, *b = NULL;
+  struct mark_job j1, j2;
+  struct test_rig r;
+  bool ok;
+
+  cfg.elevator = &elevator_deadline;
+  ok = test_rig_one (&r, &cfg, 1 * MiB, async, 0)
+    && (a = session_new ()) != NULL && (b = session_new ()) != NULL;
+  j1 = (struct mark_job) { .q = r.d[0].q, .s = a };
+  j2 = (struct mark_job) { .q = r.d[0].q, .s = second == SECOND_OTHER ? b : a,
+                           .fua_write = second == SECOND_FUA };
+  /* An answered write for the flushes to cover. */
+  ok = ok && test_write_fill (r.d[0].q, a, 'w', 4096, 0, 0) == 0;
+  if (ok) {
+    test_backend_block (r.d[0].tb, TB_FLUSH);
+    test_backend_fail (r.d[0].tb, TB_FLUSH, 1, EIO);
+  }
+  ok = ok && test_thread_start (&t1, mark_job_run, &j1) == 0
+    && test_backend_wait_entered (r.d[0].tb, TB_FLUSH, 1)
+    && test_thread_start (&t2, mark_job_run, &j2) == 0
+    && TEST_WAIT_FOR (second_arrived (r.d[0].q, second));
+  if (r.n)
+    test_backend_release (r.d[0].tb, TB_FLUSH);
+  ok = ok && failed_with_eio (&t1, "the FLUSH whose backend flush failed");
+  /* It arrived before the failure was reported to its session. */
+  ok = ok && failed_with_eio (&t2, second_names[second]);
+  /* Told now: a FLUSH sent after the answers succeeds on either
+   * session (b was told by the second request, or is told once now).
+   */
+  ok = ok && flush_answers (r.d[0].q, a, true, "a FLUSH sent after them");
+  if (ok && second != SECOND_OTHER)
+    ok = flush_answers (r.d[0].q, b, false, "another connection's first"
+                        " FLUSH after the failure");
+  ok = ok && flush_answers (r.d[0].q, b, true, "another connection's"
+                            " FLUSH after it was told");
+  test_rig_stop (&r);
+  test_thread_join (&t1);
+  test_thread_join (&t2);
+  session_free (a);
+  session_free (b);
+  return ok;
+}
+
+static void
+run_error_marks (void)
+{
+  for (enum second_request k = 0; k < SECOND_KINDS; k++) {
+    double t0 = test_now_s ();
+    bool ok = true;
+
+    for (unsigned async = 0; async <= 4; async += 4) {
+      watch ("error marks: %s, async %u", second_names[k], async);
+      if (!error_mark_case (async, k)) {
+        printf ("# ... on a%s backend\n", async ? "n asynchronous"
+                : " synchronous");
+        ok = false;
+      }
+    }
+    tap_ok (ok, "error marks: a backend flush fails while %s waits: both"
+            " fail, and only a FLUSH sent after succeeds (%.1f s)",
+            second_names[k], test_now_s () - t0);
+  }
 }
 
 /* ------------------------------------------------------------ replays */
@@ -632,16 +1056,17 @@ replay_seed (uint64_t seed, const char *group)
   for (size_t gi = 0; gi < NR_GROUPS; gi++) {
     const struct group *g = &groups[gi];
     struct harness_params p;
+    struct harness_tally t;
     struct byte_source src;
     char cfg[512];
 
     if (group && strcmp (group, g->name) != 0)
       continue;
-    seed_params (g, seed, &p, &src);
+    seed_params (g, seed, opt.faults, &p, &src);
     harness_params_format (&p, cfg, sizeof cfg);
     printf ("# %s seed %" PRIu64 ": %s\n", g->name, seed, cfg);
-    tap_ok (run_seed (g, seed, opt.shrink), "%s seed %" PRIu64, g->name,
-            seed);
+    tap_ok (run_seed (g, seed, opt.faults, opt.shrink, &t),
+            "%s seed %" PRIu64, g->name, seed);
   }
   return tap_done ();
 }
@@ -662,6 +1087,7 @@ main (void)
   opt.verbose = env_u64 ("PLUGQ_MODEL_VERBOSE", 0) != 0;
   opt.shrink = env_u64 ("PLUGQ_MODEL_SHRINK", 0) != 0;
   opt.timeout = env_u64 ("PLUGQ_MODEL_TIMEOUT", 60);
+  opt.faults = env_u64 ("PLUGQ_MODEL_FAULTS", 0) % (HARNESS_FAULT_LEVELS + 1);
   if (opt.timeout == 0)
     opt.timeout = 1;
   if (pthread_create (&dog, NULL, watchdog, NULL) != 0) {
@@ -669,6 +1095,7 @@ main (void)
     return EXIT_FAILURE;
   }
   pthread_detach (dog);
+  log_set_sink (&(struct log_sink) { .error = engine_error });
 
   if (input && *input)
     return replay_input (input);
@@ -677,7 +1104,8 @@ main (void)
                         getenv ("PLUGQ_MODEL_GROUP"));
 
   tap_plan (NR_GROUPS * ((opt.seeds + BATCH - 1) / BATCH) + nr_scenarios
-            + NR_GROUPS + NR_GROUPS * NR_STRIPE_MODES);
+            + NR_GROUPS + NR_GROUPS * NR_STRIPE_MODES + 2 * NR_GROUPS
+            + SECOND_KINDS);
   printf ("# %" PRIu64 " seeds per (elevator, ack) pair from %" PRIu64
           ", %" PRIu64 " ops each; replay one with PLUGQ_MODEL_SEED=N\n",
           opt.seeds, opt.first_seed, opt.ops);
@@ -690,5 +1118,10 @@ main (void)
   for (size_t gi = 0; gi < NR_GROUPS; gi++)
     for (size_t mi = 0; mi < NR_STRIPE_MODES; mi++)
       run_striped_group (&groups[gi], &stripe_modes[mi]);
+  for (size_t gi = 0; gi < NR_GROUPS; gi++)
+    run_fault_group (&groups[gi]);
+  for (size_t gi = 0; gi < NR_GROUPS; gi++)
+    run_fault_threaded_group (&groups[gi]);
+  run_error_marks ();
   return tap_done ();
 }
