@@ -20,8 +20,18 @@
 /* How reads fare against writes (elevator_reads.c): written by readers
  * without the queue lock, read by the elevator under it.
  */
+/* read-target=auto in read_feedback.target_ns. */
+#define READ_TARGET_AUTO UINT64_MAX
+
 struct read_feedback {
-  uint64_t target_ns;           /* read-target; 0: off */
+  uint64_t target_ns;           /* read-target; 0: off, READ_TARGET_AUTO */
+  /* The target in force: target_ns, or with auto READ_AUTO_FACTOR times
+   * the fastest read of the last READ_BASELINE_NS (elevator_reads.c).
+   */
+  _Atomic uint64_t effective_ns;
+  _Atomic uint64_t fastest_ns;  /* the fastest read since baseline_ns */
+  uint64_t baseline_ns;         /* under the queue lock: when fastest_ns
+                                 * was last turned into a target */
   _Atomic uint32_t active;      /* reads arrived and not yet answered */
   _Atomic uint64_t last_ns;     /* the newest read's arrival */
   _Atomic uint32_t met, missed; /* this window's reads, by the target */
@@ -80,6 +90,10 @@ void read_feedback_done (struct read_feedback *, uint64_t latency_ns);
 uint64_t read_feedback_allowance (struct read_feedback *, uint64_t now_ns);
 /* Whether reads are competing with writes now. */
 bool read_feedback_competing (const struct read_feedback *, uint64_t now_ns);
+/* Before the queue's first read: the target from read-target=. */
+void read_feedback_init (struct read_feedback *, uint64_t target_ns);
+/* The same on a queue no request reaches (queue_set_config). */
+void read_feedback_set_target (struct read_feedback *, uint64_t target_ns);
 
 /* The table: every elevator, in the order --help lists them.  A new
  * elevator joins with one X (name) here, naming the elevator_NAME its

@@ -20,6 +20,17 @@
  *     missed, it doubles, and past READ_ALLOWANCE_CEILING writes have no
  *     limit again.  A window with no read judges nothing.
  *
+ * read-target=auto (the default) sets the target from the backend
+ * itself: READ_AUTO_FACTOR times the fastest read of the last
+ * READ_BASELINE_NS, within READ_AUTO_MIN_NS and READ_AUTO_MAX_NS.  Under
+ * a write stream some reads still find the backend free, so the fastest
+ * read is what a read costs that backend unhindered: about 60 us on a
+ * local disk through O_DIRECT, the remote's own latency on a remote.  A
+ * fixed target fits one kind only: 300 us starves writes on a 1 ms
+ * remote, where every read misses it, and 2 ms holds nothing back on a
+ * disk, where reads wait 400 us behind a 1 MiB write and still meet it
+ * (docs/design.md, "Reads in the elevator").
+ *
  * What the allowance is not: a way to starve writes.  The queue lets a
  * batch go whenever no write is in flight, so writes keep flowing at the
  * floor's pace at least, and a batch past write-expire goes whatever the
@@ -36,6 +47,69 @@
 #define READ_ALLOWANCE_FLOOR (64 * 1024ull)
 #define READ_ALLOWANCE_START (1024 * 1024ull)
 #define READ_ALLOWANCE_CEILING (64 * 1024 * 1024ull)
+#define READ_BASELINE_NS (1000 * 1000 * 1000ull)
+#define READ_AUTO_FACTOR 2
+#define READ_AUTO_MIN_NS (300 * 1000ull)
+#define READ_AUTO_MAX_NS (10 * 1000 * 1000ull)
+#define READ_AUTO_FIRST_NS (1000 * 1000ull)     /* before any read */
+
+void
+read_feedback_init (struct read_feedback *f, uint64_t target_ns)
+{
+  f->target_ns = target_ns;
+  atomic_init (&f->effective_ns, target_ns == READ_TARGET_AUTO
+               ? READ_AUTO_FIRST_NS : target_ns);
+  atomic_init (&f->fastest_ns, UINT64_MAX);
+  f->allowance = UINT64_MAX;
+}
+
+void
+read_feedback_set_target (struct read_feedback *f, uint64_t target_ns)
+{
+  f->target_ns = target_ns;
+  atomic_store_explicit (&f->effective_ns, target_ns == READ_TARGET_AUTO
+                         ? READ_AUTO_FIRST_NS : target_ns,
+                         memory_order_relaxed);
+}
+
+/* The fastest read since the last baseline, lowered lock-free. */
+static void
+note_fastest (struct read_feedback *f, uint64_t latency_ns)
+{
+  uint64_t fastest = atomic_load_explicit (&f->fastest_ns,
+                                           memory_order_relaxed);
+
+  while (latency_ns < fastest
+         && !atomic_compare_exchange_weak_explicit (&f->fastest_ns, &fastest,
+                                                    latency_ns,
+                                                    memory_order_relaxed,
+                                                    memory_order_relaxed))
+    ;
+}
+
+/* With auto, once per READ_BASELINE_NS: the fastest read of the period
+ * makes the next period's target.  Under the queue lock.
+ */
+static void
+rebase_target (struct read_feedback *f, uint64_t now_ns)
+{
+  uint64_t fastest, target;
+
+  if (f->target_ns != READ_TARGET_AUTO
+      || now_ns - f->baseline_ns < READ_BASELINE_NS)
+    return;
+  f->baseline_ns = now_ns;
+  fastest = atomic_exchange_explicit (&f->fastest_ns, UINT64_MAX,
+                                      memory_order_relaxed);
+  if (fastest == UINT64_MAX)
+    return;                     /* no read: keep the target */
+  target = fastest * READ_AUTO_FACTOR;
+  if (target < READ_AUTO_MIN_NS)
+    target = READ_AUTO_MIN_NS;
+  if (target > READ_AUTO_MAX_NS)
+    target = READ_AUTO_MAX_NS;
+  atomic_store_explicit (&f->effective_ns, target, memory_order_relaxed);
+}
 
 /* active is counted with read-target=off too: streams of reads merge by
  * it (queue_read_streams.c).
@@ -54,7 +128,10 @@ read_feedback_done (struct read_feedback *f, uint64_t latency_ns)
   atomic_fetch_sub_explicit (&f->active, 1, memory_order_relaxed);
   if (f->target_ns == 0)
     return;
-  if (latency_ns <= f->target_ns)
+  if (f->target_ns == READ_TARGET_AUTO)
+    note_fastest (f, latency_ns);
+  if (latency_ns <= atomic_load_explicit (&f->effective_ns,
+                                          memory_order_relaxed))
     atomic_fetch_add_explicit (&f->met, 1, memory_order_relaxed);
   else
     atomic_fetch_add_explicit (&f->missed, 1, memory_order_relaxed);
@@ -96,6 +173,7 @@ judge_window (struct read_feedback *f)
 uint64_t
 read_feedback_allowance (struct read_feedback *f, uint64_t now_ns)
 {
+  rebase_target (f, now_ns);
   if (!read_feedback_competing (f, now_ns)) {
     f->allowance = UINT64_MAX;
     f->window_start_ns = 0;

@@ -39,7 +39,7 @@ queue_config_defaults (struct queue_config *c)
   c->queue_bytes = 64 * 1024 * 1024;
   c->queue_requests = 256;
   c->write_expire_ns = 5000 * NS_PER_MS;
-  c->read_target_ns = 1 * NS_PER_MS;
+  c->read_target_ns = READ_TARGET_AUTO;
   c->retry_ns = 10000 * NS_PER_MS;
   c->bypass = true;
 }
@@ -98,8 +98,7 @@ queue_init_fields (struct queue *q, struct backend *backend,
   queue_derive_settings (q);
   q->elevator.by_offset = &q->by_offset;
   q->elevator.by_age = &q->by_age;
-  q->elevator.reads.target_ns = cfg->read_target_ns;
-  q->elevator.reads.allowance = UINT64_MAX;
+  read_feedback_init (&q->elevator.reads, cfg->read_target_ns);
   q->flush.next_epoch = 1;
   TAILQ_INIT (&q->flush.sleepers);
   q->state = QUEUE_IDLE;
@@ -801,6 +800,8 @@ queue_stats_snapshot (struct queue *q, struct queue_stats *out)
   out->queued_requests = queued_requests (q);
   out->queued_bytes = q->queued_bytes;
   out->writes_held = q->elevator.reads.held;
+  out->read_target_ns = q->elevator.reads.target_ns == 0 ? 0
+    : atomic_load (&q->elevator.reads.effective_ns);
   out->oldest_in_flight_us = oldest_in_flight_us (q);
   lock_release (&q->lock);
   r->requests = atomic_load (&q->reads.requests);

@@ -217,7 +217,10 @@ batch_init (struct queue *q, struct batch *b, const struct piece *first,
 
 /* The bytes a batch starting with p may grow to: max-merge, or while
  * reads compete, what the elevator allows beside the write batches in
- * flight (write_allowance).  0 when no batch may start now: the
+ * flight (write_allowance), in parts of at most an eighth of it: one
+ * batch of it all completes when its slowest command does, and leaves
+ * the backend idle meanwhile (a 1 ms remote ran writes at 482 MB/s with
+ * one 1 MiB batch at a time, at 703 with eight of 128 KiB).  0 when no batch may start now: the
  * allowance is used up by batches in flight, and p has not waited past
  * write-expire.  With nothing in flight a batch may always start, so
  * writes keep moving at the allowance's pace.  Zeroes and trims carry
@@ -233,8 +236,11 @@ batch_room (struct queue *q, const struct piece *p, uint64_t now)
   if (e->write_allowance == NULL || p->kind != OP_WRITE
       || (allowance = e->write_allowance (&q->elevator, now)) == UINT64_MAX)
     return q->merge_limit;
-  if (q->batch_bytes < allowance)
-    return MIN (q->merge_limit, allowance - q->batch_bytes);
+  if (q->batch_bytes < allowance) {
+    uint64_t part = MIN (q->merge_limit, allowance / READ_ALLOWANCE_PARTS);
+
+    return MIN (part, allowance - q->batch_bytes);
+  }
   if (q->batch_bytes == 0 || p->expires_ns <= now)
     return MIN (q->merge_limit, allowance);
   q->elevator.reads.held++;

@@ -438,6 +438,9 @@ int read_overlaid (struct queue *, void *buf, uint32_t count,
 int extents_overlaid (struct queue *, uint64_t count, uint64_t offset,
                       struct extent_list *);
 
+/* Write batches the read allowance is shared among (batch_room). */
+#define READ_ALLOWANCE_PARTS 8
+
 /* How soon the dispatch thread looks again at writes held back for
  * reads (batch_room): reads may have stopped, the allowance grown, or the
  * oldest write expired, and none of those wakes it.

@@ -60,12 +60,18 @@ set_bypass (struct queue_config *qc, const char *key, const char *value)
   return 0;
 }
 
-/* A delay, or off: no limit on writes for the sake of reads. */
+/* A delay; off: no limit on writes for the sake of reads; auto: from
+ * the backend's own read latency (elevator_reads.c).
+ */
 static int
 set_read_target (struct queue_config *qc, const char *key, const char *value)
 {
   if (strcmp (value, "off") == 0) {
     qc->read_target_ns = 0;
+    return 0;
+  }
+  if (strcmp (value, "auto") == 0) {
+    qc->read_target_ns = READ_TARGET_AUTO;
     return 0;
   }
   return config_parse_delay (key, value, false, &qc->read_target_ns);

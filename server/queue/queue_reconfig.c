@@ -112,7 +112,7 @@ queue_set_config (struct queue *q, const struct queue_config *cfg,
     q->cfg.unplug_thresh = cfg->unplug_thresh;
     q->cfg.write_expire_ns = cfg->write_expire_ns;
     q->cfg.read_target_ns = cfg->read_target_ns;
-    q->elevator.reads.target_ns = cfg->read_target_ns;
+    read_feedback_set_target (&q->elevator.reads, cfg->read_target_ns);
     queue_derive_settings (q);
   }
   /* A larger queue has room for a writer asleep waiting for it. */

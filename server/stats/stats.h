@@ -86,6 +86,8 @@ struct queue_stats {
                                  * to go out merged */
   uint64_t writes_held;         /* write dispatches held back while reads
                                  * competed (read-target) */
+  uint64_t read_target_ns;      /* now: the read target in force (with
+                                 * read-target=auto, as measured); 0: off */
   uint64_t queued_requests;     /* now */
   uint64_t queued_bytes;        /* now */
   uint64_t in_flight;           /* now */

@@ -119,8 +119,19 @@ histogram_json (const struct latency_histogram *h)
   return NULL;
 }
 
+/* read-target= as configured: auto, off, or a delay. */
+static const char *
+read_target_mode (const struct queue_config *qc)
+{
+  return qc->read_target_ns == READ_TARGET_AUTO ? "auto"
+    : qc->read_target_ns == 0 ? "off" : "fixed";
+}
+
+/* The settings in force; read_target_us is the target now (measured,
+ * with read-target=auto).
+ */
 static json_t *
-config_json (const struct queue_config *qc)
+config_json (const struct queue_config *qc, const struct queue_stats *st)
 {
   json_t *o = json_object ();
   const char *elevator = qc->elevator ? qc->elevator->name : "";
@@ -135,7 +146,8 @@ config_json (const struct queue_config *qc)
       || set (o, "queue_bytes", num (qc->queue_bytes)) == -1
       || set (o, "queue_requests", num (qc->queue_requests)) == -1
       || set (o, "write_expire_us", num (qc->write_expire_ns / 1000)) == -1
-      || set (o, "read_target_us", num (qc->read_target_ns / 1000)) == -1
+      || set (o, "read_target", json_string (read_target_mode (qc))) == -1
+      || set (o, "read_target_us", num (st->read_target_ns / 1000)) == -1
       || set (o, "bypass", json_string (qc->bypass ? "auto" : "never")) == -1) {
     json_decref (o);
     return NULL;
@@ -190,7 +202,7 @@ disk_json (struct queue *q)
                                          ? b->description
                                          : b->ops->kind)) == -1
       || set (o, "size", num (b->size)) == -1
-      || set (o, "config", config_json (&qc)) == -1)
+      || set (o, "config", config_json (&qc, &st)) == -1)
     goto fail;
   for (i = 0; i < OP_KINDS; i++)
     if (set (o, op_kind_names[i], op_json (&st.op[i])) == -1)

@@ -328,7 +328,7 @@ put_config (FILE *fp, const struct disk_view *dv, size_t n)
     "Queued data before writers wait (queue-bytes=).",
     "Queued pieces before writers wait (queue-requests=).",
     "The deadline elevator's expiry (write-expire=).",
-    "Reads' latency target while writes compete (read-target=; 0: off).",
+    "Reads' latency target in force while writes compete (read-target=; 0: off).",
   };
   size_t k, i;
 
@@ -339,7 +339,7 @@ put_config (FILE *fp, const struct disk_view *dv, size_t n)
       const uint64_t values[] = {
         c->unplug_delay_ns, c->unplug_thresh, c->max_merge,
         c->queue_bytes, c->queue_requests, c->write_expire_ns,
-        c->read_target_ns,
+        dv[i].st.read_target_ns,
       };
       enum scale scale = k == 0 || k == 5 || k == 6 ? SCALE_NS : SCALE_ONE;
 
