@@ -244,7 +244,7 @@ test_held_writes_expire (void)
 
 /* ------------------------------------------------------------ merging */
 
-#define STREAM_READS 8
+#define STREAM_READS 12
 
 /* Sequential 4 KiB reads from READ_AT, one thread each, started in order
  * while the backend holds reads: the first ones go at once, those past
@@ -270,9 +270,9 @@ test_stream_reads_merge (void)
   ok = rig (&r, &cfg);
   ok = ok && write_stream (r.d[0].q, 'r', 64 * KiB, READ_AT);
   ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0);
-  /* Queued over the sixth read's bytes. */
+  /* Queued over the eleventh read's bytes. */
   ok = ok && CHECK (test_write_fill (r.d[0].q, NULL, 'n', 4 * KiB,
-                                     READ_AT + 5 * 4 * KiB, 0) == 0);
+                                     READ_AT + 10 * 4 * KiB, 0) == 0);
   if (ok)
     test_backend_block (r.d[0].tb, TB_PREAD);
   for (unsigned i = 0; ok && i < STREAM_READS; i++) {
@@ -294,7 +294,7 @@ test_stream_reads_merge (void)
   for (unsigned i = 0; i < STREAM_READS; i++)
     ok = ok && CHECK (test_thread_wait (&t[i])) && CHECK (t[i].result == 0);
   for (unsigned i = 0; ok && i < STREAM_READS; i++)
-    ok = CHECK (test_buffer_is (j[i].buf, i == 5 ? 'n' : 'r', 4 * KiB,
+    ok = CHECK (test_buffer_is (j[i].buf, i == 10 ? 'n' : 'r', 4 * KiB,
                                 j[i].offset, "a read of the stream"));
   if (ok) {
     n = test_backend_calls (r.d[0].tb, TB_PREAD, calls, MAX_CALLS);
