@@ -131,13 +131,14 @@ EOF
 
 @test "nbd: ack=dispatched writers go one by one at depth 1 and merge at depth behind a busy remote" {
   make_file "$T/r.img" 4M
-  # A write is held only behind 4 batches in flight (STREAM_BATCHES): the
-  # remote's delay must outlast 4 arrivals even on a loaded machine (at
-  # 2 ms a sanitizer run beside other suites once saw none held).
+  # A write is held only while all 16 of the remote's slots are taken
+  # (behind_busy_stream): 64 nbdkit threads let the 64 pipelined writes
+  # below reach plugq at once, and the remote's delay must outlast the
+  # arrivals even on a loaded machine.
   start_remote r --filter=log --filter=delay file "$T/r.img" \
     logfile="$T/r.log" delay-write=20ms
-  start_plugq disk=r nbd="$(ruri r)" ack=dispatched unplug-delay=20s \
-    stats="$T/stats.json" stats-interval=20ms
+  start_plugq --threads=64 -- disk=r nbd="$(ruri r)" ack=dispatched \
+    unplug-delay=20s stats="$T/stats.json" stats-interval=20ms
   pyrun "$T/r.img" "$T/r.log" "$T/stats.json" <<'EOF'
 import sys
 from nbdremote import *

@@ -242,17 +242,16 @@ after_insert (struct queue *q, bool waiter)
 /* A busy backend is itself the plug.  On an asynchronous backend a
  * waiting writer's piece that continues a write already on its way (back
  * to back with a piece in flight, or with a queued piece waiting the
- * same way) waits for that write instead of going out alone, as long as
- * STREAM_BATCHES batches keep the backend busy: it is held (piece_held)
+ * same way) waits for that write instead of going out alone, but only
+ * while every slot of the backend is taken: it is held (piece_held)
  * until a batch completes, and then the pieces queued behind it go out
- * as one operation.  A piece that continues nothing, or finds fewer
- * batches in flight, goes at once, so depth 1 never waits and random
- * writers keep every slot the backend has.  No timer is involved:
- * whatever completes next sends the stream on.  Fewer batches in flight
- * would leave a stream waiting for completions more than writing
- * (docs/design.md).  A synchronous backend needs none of this: while its
- * dispatch tokens are all in the backend, arrivals queue up and the next
- * holder takes them as one batch.
+ * as one operation.  A piece that continues nothing, or finds a free
+ * slot, goes at once, so depth 1 never waits and a latency-bound remote
+ * sees the full depth its clients give it: a free slot is worth more
+ * than a merge (docs/design.md).  No timer is involved: whatever
+ * completes next sends the stream on.  A synchronous backend needs none
+ * of this: while its dispatch tokens are all in the backend, arrivals
+ * queue up and the next holder takes them as one batch.
  */
 
 static bool
@@ -262,7 +261,7 @@ behind_busy_stream (struct queue *q, const struct piece *p)
 
   queue_assert_locked (q);
   if (p->waiter == NULL || !backend_is_async (q->backend)
-      || q->nr_batches < STREAM_BATCHES || p->offset == 0)
+      || ops_in_flight (q) < q->max_in_flight || p->offset == 0)
     return false;
   prev = first_reaching (&q->in_flight, p->offset - 1);
   if (prev && piece_can_follow (prev, p))

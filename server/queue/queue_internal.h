@@ -447,12 +447,6 @@ int extents_overlaid (struct queue *, uint64_t count, uint64_t offset,
  */
 #define READ_HOLD_LOOK_NS (5 * NS_PER_MS)
 
-/* Batches in flight on an asynchronous backend before a waiting write
- * that continues one of them is held to merge (queue.c,
- * behind_busy_stream).
- */
-#define STREAM_BATCHES 4
-
 /* Whether p still waits behind a busy stream (piece->held_until). */
 static inline bool
 piece_held (const struct queue *q, const struct piece *p)

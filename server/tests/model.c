@@ -856,8 +856,10 @@ harness_params_choose (struct harness_params *p, struct byte_source *src,
 }
 
 static const uint64_t stripe_choices[] = { 4 * KiB, 8 * KiB, 16 * KiB };
-/* Room for STREAM_BATCHES batches of the stream and more. */
-static const unsigned stream_async_choices[] = { 8, 16, 32 };
+/* Fewer slots than the lanes (test_model.c, STRIPE_LANES): a waiting
+ * write is held behind the stream only while every slot is taken.
+ */
+static const unsigned stream_async_choices[] = { 2, 4, 6 };
 
 void
 harness_params_choose_striped (struct harness_params *p,
@@ -873,8 +875,8 @@ harness_params_choose_striped (struct harness_params *p,
   choose_params (p, src, elevator, ack, 256 * KiB);
   p->lanes = lanes;
   p->stripe = PICK (src, stripe_choices);
-  /* A queue of 2 requests never sends STREAM_BATCHES batches of a
-   * stream at once, and stripes cannot merge beyond a max-merge of one.
+  /* A queue of 2 requests never fills the backend's slots with a
+   * stream, and stripes cannot merge beyond a max-merge of one.
    */
   c->queue_requests = MAX (c->queue_requests, 8u);
   c->max_merge = MAX (c->max_merge, 64 * KiB);

@@ -331,8 +331,8 @@ void harness_params_choose (struct harness_params *, struct byte_source *,
 /* The same for lanes clients sharing a small disk in stripes, on an
  * asynchronous backend (with FUA or without), where waiting writers
  * continue each other's writes in flight (harness_params.stripe).
- * Knobs that would keep a stream from ever filling STREAM_BATCHES
- * batches, or its stripes from merging, are raised.
+ * Knobs that would keep a stream from ever filling the backend's
+ * slots, or its stripes from merging, are raised.
  */
 void harness_params_choose_striped (struct harness_params *,
                                     struct byte_source *,

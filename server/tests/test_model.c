@@ -762,8 +762,8 @@ run_fault_threaded_group (const struct group *g)
  * and write their own mostly in ascending order, so that a lane's write
  * often continues another's still in flight, as clients writing one
  * interleaved stream do.  On an asynchronous backend a waiting writer's
- * piece there (ack=dispatched, FUA) is held while the backend is busy
- * with STREAM_BATCHES batches (queue.c, behind_busy_stream) and goes
+ * piece there (ack=dispatched, FUA) is held while every slot of the
+ * backend is taken (queue.c, behind_busy_stream) and goes
  * out merged: the random model test reaches that rule only here.  Each
  * (elevator, ack) pair runs with FUA carried by the backend's writes and
  * by flushes, with the backend's jitter and without, and once more

@@ -5,9 +5,9 @@
  *  - At depth 1 a waiting write goes out at once and alone, even behind
  *    an unplug delay of an hour.
  *  - At depth, waiting writes that continue a write in flight wait for
- *    it and go out merged: on an asynchronous backend once
- *    STREAM_BATCHES batches keep it busy, on a synchronous one while its
- *    dispatch token is held.
+ *    it and go out merged: on an asynchronous backend once every slot
+ *    it has is taken, on a synchronous one while its dispatch token is
+ *    held.
  *  - On an asynchronous backend with FUA a FUA batch carries the flag
  *    and no backend flush follows; a FUA piece superseded before it went
  *    out still waits for a flush that covers the newer write.
@@ -120,30 +120,32 @@ test_depth_one_goes_at_once (unsigned async)
 
 /* ------------------------------------------------------------ depth */
 
-/* A stream of waiting writes at depth on an asynchronous backend whose
- * writes are held at the gate: the first STREAM_BATCHES find it with
- * room and go at once, the next `held` continue the stream it is busy
- * with and wait for it.  Then the gate opens and all are answered.
+/* A stream of waiting writes at depth on an asynchronous backend of
+ * STREAM_SLOTS slots whose writes are held at the gate: the first
+ * STREAM_SLOTS find a free slot and go at once, the next `held` continue
+ * the stream it is busy with and wait for it.  Then the gate opens and
+ * all are answered.
  */
-#define STREAM_MAX (STREAM_BATCHES + 4)
+#define STREAM_SLOTS 4
+#define STREAM_MAX (STREAM_SLOTS + 4)
 
 static bool
 run_stream (struct test_rig *r, struct test_thread *t, unsigned flags,
             int held)
 {
   struct test_write_job j[STREAM_MAX];
-  int n = STREAM_BATCHES + held;
+  int n = STREAM_SLOTS + held;
   bool ok = CHECK (n <= STREAM_MAX);
 
   for (int i = 0; ok && i < n; i++)
     j[i] = (struct test_write_job) { r->d[0].q, 'a' + i, BLOCK, i * BLOCK,
                                      flags };
   test_backend_block (r->d[0].tb, TB_PWRITEV);
-  for (int i = 0; ok && i < STREAM_BATCHES; i++)
+  for (int i = 0; ok && i < STREAM_SLOTS; i++)
     ok = START_WRITE (&t[i], &j[i], ENTERED (*r, (unsigned) i + 1));
-  for (int i = STREAM_BATCHES; ok && i < n; i++)
+  for (int i = STREAM_SLOTS; ok && i < n; i++)
     ok = START_WRITE (&t[i], &j[i], test_stats (r->d[0].q).waits_behind_stream
-                      == (uint64_t) (i - STREAM_BATCHES + 1));
+                      == (uint64_t) (i - STREAM_SLOTS + 1));
   test_backend_release (r->d[0].tb, TB_PWRITEV);
   for (int i = 0; i < n; i++)
     ok = ok && CHECK (test_thread_wait (&t[i])) && CHECK (t[i].result == 0);
@@ -174,19 +176,19 @@ test_async_stream_merges (void)
   struct test_rig r;
   struct queue_stats st = { 0 };
   size_t n = 0;
-  bool ok = CHECK (rig_start (&r, &cfg, ASYNC_IN_FLIGHT, false));
+  bool ok = CHECK (rig_start (&r, &cfg, STREAM_SLOTS, false));
 
   threads_init (t, STREAM_MAX);
   ok = ok && run_stream (&r, t, 0, 3);
   if (ok) {
     st = test_stats (r.d[0].q);
     n = writes (&r.d[0], calls);
-    ok = CHECK (n == STREAM_BATCHES + 1)
-      && CHECK (calls[STREAM_BATCHES].offset == STREAM_BATCHES * BLOCK)
-      && CHECK (calls[STREAM_BATCHES].count == 3 * BLOCK)
+    ok = CHECK (n == STREAM_SLOTS + 1)
+      && CHECK (calls[STREAM_SLOTS].offset == STREAM_SLOTS * BLOCK)
+      && CHECK (calls[STREAM_SLOTS].count == 3 * BLOCK)
       && CHECK (st.waiting_merged == 3)
-      && CHECK (test_backend_holds (r.d[0].tb, 'a' + STREAM_BATCHES + 2,
-                                    BLOCK, (STREAM_BATCHES + 2) * BLOCK));
+      && CHECK (test_backend_holds (r.d[0].tb, 'a' + STREAM_SLOTS + 2,
+                                    BLOCK, (STREAM_SLOTS + 2) * BLOCK));
   }
   join_all (t, STREAM_MAX);
   test_rig_stop (&r);
@@ -299,7 +301,7 @@ test_fua_rides_on_writes (void)
   struct tb_call calls[MAX_CALLS];
   struct test_rig r;
   size_t n = 0, fua = 0;
-  bool ok = CHECK (rig_start (&r, &cfg, ASYNC_IN_FLIGHT, true));
+  bool ok = CHECK (rig_start (&r, &cfg, STREAM_SLOTS, true));
 
   threads_init (t, STREAM_MAX);
   ok = ok && run_stream (&r, t, REQ_FUA, 2);
@@ -307,9 +309,9 @@ test_fua_rides_on_writes (void)
     n = writes (&r.d[0], calls);
     for (size_t i = 0; i < n; i++)
       fua += calls[i].fua;
-    ok = CHECK (n == STREAM_BATCHES + 1) && CHECK (fua == n)
+    ok = CHECK (n == STREAM_SLOTS + 1) && CHECK (fua == n)
       && CHECK (flushes (&r.d[0]) == 0)
-      && CHECK (calls[STREAM_BATCHES].count == 2 * BLOCK);
+      && CHECK (calls[STREAM_SLOTS].count == 2 * BLOCK);
   }
   join_all (t, STREAM_MAX);
   test_rig_stop (&r);
@@ -396,6 +398,11 @@ record_breach (void *arg, const char *msg)
     snprintf (breach, sizeof breach, "%s", msg);
 }
 
+/* Fewer slots than writers: a write only waits behind the stream when
+ * every slot is taken (behind_busy_stream).
+ */
+#define STRESS_SLOTS (STRESS_WRITERS / 2)
+
 static int
 stress_writer (void *arg)
 {
@@ -438,7 +445,7 @@ test_interleaved_waiting_writers (bool fua)
   threads_init (t, STRESS_WRITERS);
   tb = test_rig_backend (&r, DISK_SIZE);
   ok = CHECK (tb != NULL)
-    && CHECK (test_backend_set_async (tb, ASYNC_IN_FLIGHT) == 0)
+    && CHECK (test_backend_set_async (tb, STRESS_SLOTS) == 0)
     && CHECK (test_backend_check_contract (tb, &c) == 0);
   if (ok && fua)
     test_backend_set_fua (tb);
@@ -453,14 +460,14 @@ test_interleaved_waiting_writers (bool fua)
     ok = ok && CHECK (test_thread_wait (&t[k])) && CHECK (t[k].result == 0);
   for (uint64_t b = 0; ok && b < STRESS_ROUNDS * STRESS_WRITERS; b++)
     ok = test_backend_holds (r.d[0].tb, (int) (b % 251) + 1, BLOCK, b * BLOCK);
-  if (ok) {
+  /* How many writes were held and merged depends on the threads'
+   * timing (a sanitizer's slowdown can leave none to merge), so this test
+   * checks only what must hold in every schedule: the data and the
+   * backend contract.  test_async_stream_merges and
+   * test_sync_token_merges pin down holding and merging.
+   */
+  if (ok)
     st = test_stats (r.d[0].q);
-    /* With FUA by flush, flushes drain the stream now and then and holds
-     * are rarer; with FUA carried they are many every run.
-     */
-    ok = CHECK (st.waiting_merged > 0)
-      && CHECK (!fua || st.waits_behind_stream > 0);
-  }
   if (atomic_exchange (&breached, false)) {
     printf ("# backend contract broken: %s\n", breach);
     ok = false;
