@@ -285,6 +285,7 @@ batch_take (struct queue *q)
   if (b->kind == OP_WRITE)
     q->batch_bytes += b->bytes;
   b->taken_ns = now;
+  b->flushes_before = q->flush.arrivals;
   TAILQ_INSERT_TAIL (&q->batches_in_flight, b, taken_order);
   return b;
 }
@@ -429,7 +430,9 @@ piece_complete (struct queue *q, const struct batch *b, struct piece *p,
    * (pieces_present, without the lock) reads the backend alone, which
    * does not have this one's data.
    */
-  kept = err && !p->waiter && piece_keep_failed (q, p, err, now);
+  kept = err && !p->waiter
+    && piece_keep_failed (q, p, err, q->flush.arrivals != b->flushes_before,
+                          now);
   piece_gone (q, p);
   if (kept)
     return;

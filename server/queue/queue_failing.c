@@ -21,8 +21,11 @@
  *              FAILING_MAX_NS, or at once when a FLUSH arrives
  *              (flush_start_locked), every failing piece returns to
  *              by_age in sequence order (failing_retry) and goes out
- *              again; one that fails again is kept again.  The first
- *              success resets the delay.
+ *              again; one that fails again is kept again.  A FLUSH that
+ *              came while a try was in flight gets one more try when
+ *              that one fails: its answer is about the backend as it is
+ *              after the FLUSH came.  The first success resets the
+ *              delay.
  *   3. ANSWER  A backend flush that starts while a failing piece it
  *              covers (sequence number at or below the barrier) is kept
  *              answers its epoch with that piece's errno
@@ -130,13 +133,17 @@ keep_uncovered (struct queue *q, struct piece *p, int err)
 
 /* Piece p of a batch whose write-back failed with err, out of the
  * in-flight tree, nobody waiting for it: back to the queue as failing
- * (step 1), each fragment counted as present and promised anew.  True
+ * (step 1), each fragment counted as present and promised anew.  When a
+ * FLUSH came after the batch was taken (flush_came_since) and still
+ * waits, the batch's try was not the FLUSH's own: it gets one at once
+ * (step 2).  True
  * when p itself was queued again (the caller must not release it); the
  * caller then uncounts p as it was in flight (piece_gone), after, so
  * that pieces_present never reads 0 meanwhile.
  */
 bool
-piece_keep_failed (struct queue *q, struct piece *p, int err, uint64_t now)
+piece_keep_failed (struct queue *q, struct piece *p, int err,
+                   bool flush_came_since, uint64_t now)
 {
   struct failing_state *f = &q->failing;
 
@@ -148,7 +155,11 @@ piece_keep_failed (struct queue *q, struct piece *p, int err, uint64_t now)
                strerror (err));
   }
   f->errnum = err;
-  if (f->retry_at_ns == 0) {
+  if (flush_came_since && q->flush.wanted) {
+    f->retry_at_ns = 0;         /* the waiting FLUSH's own try */
+    f->flush_asked = true;
+  }
+  else if (f->retry_at_ns == 0) {
     if (f->delay_ns == 0)
       f->delay_ns = FAILING_FIRST_NS;
     f->retry_at_ns = now + f->delay_ns;

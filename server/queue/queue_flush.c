@@ -147,12 +147,14 @@ take_latched_error (struct queue *q, struct session *s, uint64_t mark)
  * write-back failed is tried again at once: a client that retries its
  * FLUSH once the backend can take the data (qemu after an ENOSPC pause)
  * must not wait for the retry's backoff, nor be told of a failure that
- * is over.
+ * is over.  A try already in flight began before this FLUSH came: if it
+ * fails, the FLUSH still gets a try of its own (piece_keep_failed).
  */
 uint64_t
 flush_start_locked (struct queue *q)
 {
   queue_assert_locked (q);
+  q->flush.arrivals++;
   if (q->failing.count) {
     q->failing.retry_at_ns = 0;
     q->failing.flush_asked = true;

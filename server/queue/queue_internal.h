@@ -74,6 +74,7 @@ struct flush_state {
   bool wanted;
   bool running;                 /* a backend flush is in progress */
   uint64_t barrier_seq;         /* pieces up to here go before the flush */
+  uint64_t arrivals;            /* FLUSHes started (flush_start_locked) */
   uint64_t next_epoch;          /* the backend flush not yet started */
   uint64_t done_epoch;          /* the last backend flush finished */
   uint64_t failed_epoch;        /* the last backend flush that failed */
@@ -125,6 +126,7 @@ struct batch {
   bool fua;                     /* carries a FUA piece (writes_carry_fua) */
   bool unaligned;               /* partial blocks: queue_align.c writes it */
   uint64_t taken_ns;            /* taken for dispatch, under the lock */
+  uint64_t flushes_before;      /* q->flush.arrivals when taken */
   TAILQ_ENTRY (batch) taken_order; /* on q->batches_in_flight */
   uint64_t issued_ns;
   uint64_t finished_ns;         /* its backend operation, not the round */
@@ -383,7 +385,7 @@ uint64_t error_mark (struct queue *, struct session *);
 
 /* queue_failing.c */
 bool piece_keep_failed (struct queue *, struct piece *, int err,
-                        uint64_t now);
+                        bool flush_came_since, uint64_t now);
 bool failing_retry (struct queue *, uint64_t now);
 uint64_t failing_retry_ns (const struct queue *);
 void failing_note_success (struct queue *, uint64_t now);

@@ -5,8 +5,9 @@
  *    every FLUSH fails with its errno (ENOSPC stays ENOSPC) for as long
  *    as the backend refuses it, however many FLUSHes are in flight.
  *  - Once the backend takes writes again, the next FLUSH tries the data
- *    again at once, writes it and succeeds; without a FLUSH the data is
- *    tried again by itself after a delay.
+ *    again at once, writes it and succeeds, even when a try that began
+ *    before it came fails; without a FLUSH the data is tried again by
+ *    itself after a delay.
  *  - A newer write over kept data replaces it as any queued write does;
  *    only the bytes no newer queued piece holds are kept.
  *  - A writer that finds the queue full while data is failing fails with
@@ -223,6 +224,56 @@ test_retried_without_flush (void)
           " and lands%s", MODE);
 }
 
+static bool
+flush_waits (struct queue *q)
+{
+  bool w;
+
+  lock_acquire (&q->lock);
+  w = q->flush.wanted;
+  lock_release (&q->lock);
+  return w;
+}
+
+/* A FLUSH that comes while a try of answered data is in flight, a try
+ * that then fails, gets a try of its own: the backend took writes again
+ * before the FLUSH came, so the FLUSH succeeds.
+ */
+static void
+test_flush_gets_its_own_try (void)
+{
+  struct test_rig r;
+  struct flush_job j;
+  struct test_thread t = TEST_THREAD_INIT;
+  bool ok;
+
+  ok = CHECK (rig (&r, 0));
+  j = (struct flush_job) { .q = r.d[0].q, .s = session_new () };
+  ok = ok && CHECK (j.s != NULL)
+    && CHECK (test_write_fill (j.q, j.s, 'a', 4 * KiB, 0, 0) == 0);
+  if (ok) {
+    test_backend_block (r.d[0].tb, TB_PWRITEV);
+    unplug_now (j.q);
+  }
+  /* The write-back is at the backend, decided to fail only once the
+   * gate opens: the backend failed it before the FLUSH came.
+   */
+  ok = ok && CHECK (test_backend_wait_entered (r.d[0].tb, TB_PWRITEV, 1))
+    && CHECK (test_thread_start (&t, flush_job_run, &j) == 0)
+    && CHECK (TEST_WAIT_FOR (flush_waits (j.q)));
+  if (ok)
+    test_backend_fail (r.d[0].tb, TB_PWRITEV, 1, EIO);
+  test_backend_release (r.d[0].tb, TB_PWRITEV);
+  ok = ok && CHECK (test_thread_wait (&t)) && CHECK (t.result == 0)
+    && CHECK (test_backend_holds (r.d[0].tb, 'a', 4 * KiB, 0))
+    && CHECK (test_backend_failed (r.d[0].tb, TB_PWRITEV) == 1);
+  test_thread_join (&t);
+  test_rig_stop (&r);
+  session_free (j.s);
+  tap_ok (ok, "a FLUSH that came while a try of failing data was in flight"
+          " gets its own try when that one fails, and succeeds%s", MODE);
+}
+
 /* A newer write over kept data replaces it; a write of other bytes that
  * the backend takes does not make a FLUSH succeed while the kept data
  * still fails.
@@ -366,6 +417,7 @@ main (void)
     test_kept_eio,
     test_concurrent_flushes_all_fail,
     test_retried_without_flush,
+    test_flush_gets_its_own_try,
     test_newer_write_replaces_kept,
     test_kept_under_newer_queued,
     test_full_queue_fails_writers,
