@@ -117,16 +117,19 @@ Architecture: $PKG_ARCH"
   echo "$output" | jq -e . >/dev/null
 }
 
-@test "package: every command in /usr/bin, the man page, the units (not enabled), plugq.env a conffile" {
+@test "package: every command in /usr/bin with its man page, the plugin's page, the units (not enabled), plugq.env a conffile" {
   local scripts script
   scripts=$(am_list dist_bin_SCRIPTS; am_list bin_SCRIPTS)
   [ -n "$scripts" ] || fail "no bin_SCRIPTS or dist_bin_SCRIPTS found in Makefile.am"
   for script in $scripts; do
     assert_file_executable "$PKG_ROOT/usr/bin/$(basename "$script")"
   done
-  run env MANPATH="$PKG_ROOT/usr/share/man" man -w 1 nbdkit-plugq-plugin
-  assert_success
-  assert_output "$PKG_ROOT/usr/share/man/man1/nbdkit-plugq-plugin.1.gz"
+  # The plugin's page, and one for every command in /usr/bin.
+  for page in nbdkit-plugq-plugin $(ls "$PKG_ROOT/usr/bin"); do
+    run env MANPATH="$PKG_ROOT/usr/share/man" man -w 1 "$page"
+    assert_success
+    assert_output "$PKG_ROOT/usr/share/man/man1/$page.1.gz"
+  done
   # The units as in contrib/: sysconfdir is /etc, so they read
   # /etc/plugq/plugq.env, which is the example, kept as a conffile.
   cmp "$TOP/contrib/plugq.service" "$PKG_ROOT/lib/systemd/system/plugq.service"

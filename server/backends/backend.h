@@ -176,8 +176,9 @@ int backend_io_by_kind (struct backend *, const struct backend_io *,
 
 /* A remote's error as the engine passes it on: the errnos NBD carries
  * stay, anything else (a lost connection, a timeout) becomes EIO.  Not
- * ESHUTDOWN: nbdkit takes it from a plugin to mean that nbdkit itself
- * is shutting down, and closes the client's connection.
+ * ESHUTDOWN: nbdkit sends it to the client as NBD_ESHUTDOWN, which says
+ * that this server is going away (plugqctl remove --drain uses it so);
+ * a remote's trouble is not that.
  */
 int backend_client_errno (int err);
 
