@@ -81,8 +81,10 @@ struct elevator_ops {
 
 /* elevator_reads.c: the feedback rule elevators share. */
 
-/* A read arrives / is answered after latency_ns.  Lock-free. */
-void read_feedback_arrive (struct read_feedback *, uint64_t now_ns);
+/* A read arrives (the reads now active, itself included) / is answered
+ * after latency_ns.  Lock-free.
+ */
+unsigned read_feedback_arrive (struct read_feedback *, uint64_t now_ns);
 void read_feedback_done (struct read_feedback *, uint64_t latency_ns);
 /* Under the queue lock: write bytes in flight that reads can live with
  * (the rule in elevator_reads.c's header).

@@ -114,12 +114,15 @@ rebase_target (struct read_feedback *f, uint64_t now_ns)
 /* active is counted with read-target=off too: streams of reads merge by
  * it (queue_read_streams.c).
  */
-void
+unsigned
 read_feedback_arrive (struct read_feedback *f, uint64_t now_ns)
 {
-  atomic_fetch_add_explicit (&f->active, 1, memory_order_relaxed);
+  unsigned active = atomic_fetch_add_explicit (&f->active, 1,
+                                               memory_order_relaxed) + 1;
+
   if (f->target_ns)
     atomic_store_explicit (&f->last_ns, now_ns, memory_order_relaxed);
+  return active;
 }
 
 void

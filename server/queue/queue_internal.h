@@ -165,9 +165,18 @@ struct read_stream_slot {
   struct read_waiter *first, *last;
 };
 
+/* What reads cost the backend alone and at depth (queue_read_depth.c);
+ * 0 until known.
+ */
+struct read_depth {
+  _Atomic uint64_t fastest_ns;
+  _Atomic uint64_t at_depth_ns;
+};
+
 struct read_streams {
   bool merging;                 /* set at creation: each backend read
                                  * costs (not writes_to_memory) */
+  struct read_depth depth;
   _Atomic uint64_t ends[RECENT_READ_ENDS];
   struct lock lock;             /* the slots; never held with q->lock
                                  * nor across I/O */
@@ -392,6 +401,14 @@ void failing_note_success (struct queue *, uint64_t now);
 int failing_error_for (const struct queue *, uint64_t barrier_seq);
 int failing_blocks_writers (const struct queue *);
 void failing_drop_all (struct queue *);
+
+/* queue_read_depth.c: a read that did not wait, for what it says about
+ * the backend; whether the backend queues reads, so that a stream read
+ * at depth should wait to merge.  Lock-free.
+ */
+void read_depth_note (struct read_depth *, unsigned active_at_arrival,
+                      uint64_t latency_ns);
+bool read_depth_queues (const struct read_depth *);
 
 /* queue_read_streams.c: a read request, at once or merged behind a
  * busy stream, counted; 0 or -1 with errno.

@@ -12,8 +12,10 @@
  *      stream slot while it is on its way, so the next can find it.
  *   2. A stream read arriving while more than READ_BUSY reads are active
  *      (the feedback's count: arrived, not answered) that continues a
- *      read on its way, or the last read waiting behind one, waits: it
- *      joins that read's chain and sleeps.
+ *      read on its way, or the last read waiting behind one, waits if
+ *      the backend queues reads (read_depth_queues: reads at depth take
+ *      longer than alone): it joins that read's chain and sleeps.  On a
+ *      backend with room for every read, the read goes at once.
  *   3. When a read on its way is done, its chain (reads back to back
  *      from its end) becomes one backend read: the chain's first read
  *      is woken to issue it, laying the queue's writes over it as any
@@ -274,19 +276,31 @@ wait_in_chain (struct queue *q, int i, void *buf, uint32_t count,
   return err;
 }
 
-/* A stream read: waits in a chain if the stream is busy, else goes at
- * once in a slot of its own.  0 or errno.
+/* Whether a stream read that continues a read on its way should wait
+ * for it: the stream is busy and the backend queues reads.
+ */
+static bool
+stream_busy (struct queue *q)
+{
+  return atomic_load_explicit (&q->elevator.reads.active,
+                               memory_order_relaxed) > READ_BUSY
+    && read_depth_queues (&q->read_streams.depth);
+}
+
+/* A stream read: waits in a chain (*waited) if the stream is busy, else
+ * goes at once in a slot of its own.  0 or errno.
  */
 static int
-stream_read (struct queue *q, void *buf, uint32_t count, uint64_t offset)
+stream_read (struct queue *q, void *buf, uint32_t count, uint64_t offset,
+             bool *waited)
 {
   struct read_streams *rs = &q->read_streams;
   int i, err;
 
   lock_acquire (&rs->lock);
   i = slot_continued (q, offset);
-  if (i >= 0 && atomic_load_explicit (&q->elevator.reads.active,
-                                      memory_order_relaxed) > READ_BUSY)
+  *waited = i >= 0 && stream_busy (q);
+  if (*waited)
     return wait_in_chain (q, i, buf, count, offset);
   i = slot_claim (q, offset + count);
   lock_release (&rs->lock);
@@ -300,13 +314,14 @@ stream_read (struct queue *q, void *buf, uint32_t count, uint64_t offset)
 int
 read_request (struct queue *q, void *buf, uint32_t count, uint64_t offset)
 {
-  uint64_t start = monotonic_ns ();
+  uint64_t start = monotonic_ns (), latency;
+  unsigned active = read_feedback_arrive (&q->elevator.reads, start);
+  bool waited = false;
   int err;
 
-  read_feedback_arrive (&q->elevator.reads, start);
   if (q->read_streams.merging && continues_recent_read (q, offset)) {
     note_read_end (q, offset + count);
-    err = stream_read (q, buf, count, offset);
+    err = stream_read (q, buf, count, offset, &waited);
   }
   else {
     if (q->read_streams.merging)
@@ -315,6 +330,9 @@ read_request (struct queue *q, void *buf, uint32_t count, uint64_t offset)
     err = read_overlaid (q, buf, count, offset) == -1 ? (errno ? errno : EIO)
       : 0;
   }
-  count_read (q, count, monotonic_ns () - start, err);
+  latency = monotonic_ns () - start;
+  if (q->read_streams.merging && !waited && err == 0)
+    read_depth_note (&q->read_streams.depth, active, latency);
+  count_read (q, count, latency, err);
   return queue_answer (err);
 }

@@ -8,7 +8,10 @@
  *  - Held writes never wait past write-expire.
  *  - Sequential reads at depth wait behind the reads on their way and go
  *    out as one backend read, each getting its part with the queue's
- *    writes laid over it; one at a time (depth 1) they never wait.
+ *    writes laid over it; one at a time (depth 1) they never wait, nor
+ *    on a backend that reads at depth about as fast as alone
+ *    (queue_read_depth.c, whose rule is also checked on chosen
+ *    latencies).
  *
  * Each case runs over a synchronous and an asynchronous backend; every
  * wait is bounded (fixtures.h).
@@ -25,6 +28,7 @@
 
 #include "fixtures.h"
 #include "queue/queue.h"
+#include "queue/queue_internal.h"
 #include "tap.h"
 #include "test_backends.h"
 
@@ -247,12 +251,15 @@ test_held_writes_expire (void)
 #define STREAM_READS 12
 
 /* Sequential 4 KiB reads from READ_AT, one thread each, started in order
- * while the backend holds reads: the first ones go at once, those past
+ * while the backend holds reads, on a queue that has seen reads at depth
+ * take 4 times as long as alone: the first ones go at once, those past
  * the busy mark wait behind them and go as one read.  A write queued
- * over one of them is laid over its part.
+ * over one of them is laid over its part.  With room_for_reads, reads
+ * at depth took 1.1 times as long as alone: none waits, each goes at
+ * once.
  */
 static void
-test_stream_reads_merge (void)
+stream_reads_at_depth (bool room_for_reads)
 {
   struct queue_config cfg = test_config (TEST_HOUR, 100000);
   struct test_thread t[STREAM_READS];
@@ -268,6 +275,14 @@ test_stream_reads_merge (void)
     t[i] = (struct test_thread) TEST_THREAD_INIT;
   cfg.bypass = false;
   ok = rig (&r, &cfg);
+  /* What earlier reads showed: 1 ms alone, and at depth 4 ms (the
+   * backend queues reads) or 1.1 ms (it has room for them).
+   */
+  if (ok) {
+    read_depth_note (&r.d[0].q->read_streams.depth, 1, 1000000);
+    read_depth_note (&r.d[0].q->read_streams.depth, 16,
+                     room_for_reads ? 1100000 : 4000000);
+  }
   ok = ok && write_stream (r.d[0].q, 'r', 64 * KiB, READ_AT);
   ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0);
   /* Queued over the eleventh read's bytes. */
@@ -299,9 +314,9 @@ test_stream_reads_merge (void)
   if (ok) {
     n = test_backend_calls (r.d[0].tb, TB_PREAD, calls, MAX_CALLS);
     st = test_stats (r.d[0].q);
-    ok = CHECK (n == STREAM_READS - waited + 1)
-      && CHECK (calls[n - 1].count == waited * 4 * KiB)
-      && CHECK (st.op[OP_READ].merges == waited - 1)
+    ok = CHECK (n == STREAM_READS - waited + (waited > 0))
+      && CHECK (waited == 0 || calls[n - 1].count == waited * 4 * KiB)
+      && CHECK (st.op[OP_READ].merges == (waited > 0 ? waited - 1 : 0))
       && CHECK (st.op[OP_READ].backend_ops == n)
       && CHECK (st.read_time.count == STREAM_READS);
   }
@@ -309,13 +324,59 @@ test_stream_reads_merge (void)
   for (unsigned i = 0; i < STREAM_READS; i++)
     test_thread_join (&t[i]);
   test_rig_stop (&r);
-  tap_ok (ok && waited > 1, "sequential reads at depth: %" PRIu64 " waited"
-          " and went as one backend read (%zu in all for %d reads), the"
-          " queued write laid over its part%s", waited, n, STREAM_READS,
-          MODE);
+  if (room_for_reads)
+    tap_ok (ok && waited == 0, "sequential reads at depth on a backend as"
+            " fast at depth as alone: %" PRIu64 " waited, %zu backend reads"
+            " for %d reads%s", waited, n, STREAM_READS, MODE);
+  else
+    tap_ok (ok && waited > 1, "sequential reads at depth: %" PRIu64 " waited"
+            " and went as one backend read (%zu in all for %d reads), the"
+            " queued write laid over its part%s", waited, n, STREAM_READS,
+            MODE);
 }
 
-/* One at a time, a stream never waits: nothing is added at depth 1. */
+static void
+test_stream_reads_merge (void)
+{
+  stream_reads_at_depth (false);
+}
+
+static void
+test_stream_reads_room (void)
+{
+  stream_reads_at_depth (true);
+}
+
+/* queue_read_depth.c's rule on chosen latencies (ns). */
+static void
+test_read_depth_rule (void)
+{
+  struct read_depth d = { 0 };
+  bool ok = CHECK (!read_depth_queues (&d));  /* nothing known */
+
+  read_depth_note (&d, 1, 1000000);
+  ok = ok && CHECK (!read_depth_queues (&d)); /* nothing at depth yet */
+  for (int i = 0; i < 32; i++)
+    read_depth_note (&d, 16, 1100000);
+  ok = ok && CHECK (!read_depth_queues (&d));
+  /* Reads with few active say nothing about depth. */
+  for (int i = 0; i < 32; i++)
+    read_depth_note (&d, 2, 9000000);
+  ok = ok && CHECK (!read_depth_queues (&d));
+  for (int i = 0; i < 32; i++)
+    read_depth_note (&d, 8, 4000000);
+  ok = ok && CHECK (read_depth_queues (&d));
+  /* Back to the fastest's pace: room again. */
+  for (int i = 0; i < 64; i++)
+    read_depth_note (&d, 8, 1000000);
+  ok = ok && CHECK (!read_depth_queues (&d));
+  tap_ok (ok, "a backend queues reads when those at depth take over 1.5x"
+          " the fastest: unknown no, 1.1x no, 4x yes, 1x no%s", MODE);
+}
+
+/* One at a time, a stream never waits, even on a backend that queues
+ * reads: nothing is added at depth 1.
+ */
 static void
 test_stream_reads_depth_one (void)
 {
@@ -326,6 +387,10 @@ test_stream_reads_depth_one (void)
   bool ok;
 
   ok = rig (&r, &cfg);
+  if (ok) {
+    read_depth_note (&r.d[0].q->read_streams.depth, 1, 1000000);
+    read_depth_note (&r.d[0].q->read_streams.depth, 16, 4000000);
+  }
   for (unsigned i = 0; ok && i < 32; i++) {
     j = (struct read_job) {
       .q = r.d[0].q, .offset = READ_AT + i * 4 * KiB, .count = 4 * KiB,
@@ -348,7 +413,9 @@ main (void)
     test_read_target_off,
     test_held_writes_expire,
     test_stream_reads_merge,
+    test_stream_reads_room,
     test_stream_reads_depth_one,
+    test_read_depth_rule,
   };
   static const unsigned modes[] = { 0, 4 };
 
