@@ -81,6 +81,7 @@ queue_init_fields (struct queue *q, struct backend *backend,
   lock_init (&q->lock);
   lock_init (&q->read_streams.lock);
   q->read_streams.merging = !backend->writes_to_memory;
+  q->read_streams.busy = READ_BUSY;
   cond_init_monotonic (&q->dispatch_wake);
   pthread_cond_init (&q->space, NULL);
   RB_INIT (&q->by_offset);

@@ -39,15 +39,6 @@
 #include "common/minmax.h"
 #include "queue_internal.h"
 
-/* Reads active before a stream read waits to merge.  Waiting costs a
- * sleep and a wake-up as a backend read does, so on a disk that takes
- * reads in parallel (O_DIRECT on a virtio disk: 4 KiB sequential reads
- * QD16 at the same rate whatever this is) it only pays where each
- * backend operation costs more than a wake-up: a remote, an RBD image.
- * Eight on their way keep a disk busy enough.
- */
-#define READ_BUSY 8
-
 /* The largest merged read. */
 #define READ_MERGE_MAX (1024 * 1024)
 
@@ -283,7 +274,7 @@ static bool
 stream_busy (struct queue *q)
 {
   return atomic_load_explicit (&q->elevator.reads.active,
-                               memory_order_relaxed) > READ_BUSY
+                               memory_order_relaxed) > q->read_streams.busy
     && read_depth_queues (&q->read_streams.depth);
 }
 

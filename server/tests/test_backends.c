@@ -671,11 +671,29 @@ run_call (struct test_backend *tb, const struct tb_call *c,
 
 /* ------------------------------------------------------------ ops */
 
+static uint64_t jitter_us (struct test_backend *tb);
+
+/* With jitter, a read now and then takes its time, as a disk's or a
+ * remote's does: reads arriving meanwhile find it on its way.
+ */
+static void
+read_jitter (struct test_backend *tb)
+{
+  uint64_t delay;
+
+  lock_acquire (&tb->lock);
+  delay = jitter_us (tb);
+  lock_release (&tb->lock);
+  if (delay)
+    test_sleep_us (delay);
+}
+
 static int
 tb_pread (struct backend *b, void *buf, size_t count, uint64_t offset)
 {
   struct tb_call c = { .op = TB_PREAD, .offset = offset, .count = count };
 
+  read_jitter (to_tb (b));
   return run_call (to_tb (b), &c, &(struct tb_args) { .buf = buf });
 }
 

@@ -761,7 +761,11 @@ run_fault_threaded_group (const struct group *g)
 /* STRIPE_LANES clients share the disk in stripes (harness_params.stripe)
  * and write their own mostly in ascending order, so that a lane's write
  * often continues another's still in flight, as clients writing one
- * interleaved stream do.  On an asynchronous backend a waiting writer's
+ * interleaved stream do.  In every fourth row they read their stripes
+ * instead, so that a lane's read continues another's and waits to go out
+ * merged with it, over the lanes' writes queued, in flight and arriving
+ * (merge_reads_at_any_depth in model.c); the groups together must show
+ * some (check_stripe_reads).  On an asynchronous backend a waiting writer's
  * piece there (ack=dispatched, FUA) is held while every slot of the
  * backend is taken (queue.c, behind_busy_stream) and goes
  * out merged: the random model test reaches that rule only here.  Each
@@ -805,11 +809,17 @@ stripe_params (const struct group *g, const struct stripe_mode *m,
   p->verbose = opt.verbose;
 }
 
+/* Stream reads merged over every striped group: with jitter some wait
+ * in each mode, but how many is the threads' timing, so the check is on
+ * the sum (check_stripe_reads).
+ */
+static uint64_t stripe_reads_waited;
+
 static void
 run_striped_group (const struct group *g, const struct stripe_mode *m)
 {
   uint64_t first = opt.first_seed, last = first + opt.stripe_seeds;
-  uint64_t failed = UINT64_MAX, held = 0, merged = 0;
+  uint64_t failed = UINT64_MAX, held = 0, merged = 0, reads_waited = 0;
   bool may_merge = false;
   double t0 = test_now_s ();
   char what[96];
@@ -831,6 +841,7 @@ run_striped_group (const struct group *g, const struct stripe_mode *m)
     }
     held += r.stats.waits_behind_stream;
     merged += r.stats.waiting_merged;
+    reads_waited += r.stats.reads_waited;
   }
   if (failed != UINT64_MAX) {
     tap_ok (false, "%s, %d clients x %" PRIu64 " ops, seeds %" PRIu64
@@ -843,11 +854,22 @@ run_striped_group (const struct group *g, const struct stripe_mode *m)
             " never reached behind_busy_stream's rule\n");
   else if (merged == 0 && may_merge)
     printf ("# no waiting write went out merged with another request\n");
+  stripe_reads_waited += reads_waited;
   tap_ok (held > 0 && (merged > 0 || !may_merge),
           "%s, %d clients x %" PRIu64 " ops, seeds %" PRIu64 "..%" PRIu64
           ": %" PRIu64 " waiting writes held behind a busy stream, %" PRIu64
-          " merged (%.1f s)", what, STRIPE_LANES, opt.ops, first, last - 1,
-          held, merged, test_now_s () - t0);
+          " merged; %" PRIu64 " reads merged behind another lane's (%.1f s)",
+          what, STRIPE_LANES, opt.ops, first, last - 1, held, merged,
+          reads_waited, test_now_s () - t0);
+}
+
+static void
+check_stripe_reads (void)
+{
+  tap_ok (stripe_reads_waited > 0, "stripes: %" PRIu64 " stream reads"
+          " waited behind another lane's on its way and went out in its"
+          " chain, every read checked against the model",
+          stripe_reads_waited);
 }
 
 /* ------------------------------------------------------------ error marks */
@@ -1104,7 +1126,7 @@ main (void)
                         getenv ("PLUGQ_MODEL_GROUP"));
 
   tap_plan (NR_GROUPS * ((opt.seeds + BATCH - 1) / BATCH) + nr_scenarios
-            + NR_GROUPS + NR_GROUPS * NR_STRIPE_MODES + 2 * NR_GROUPS
+            + NR_GROUPS + NR_GROUPS * NR_STRIPE_MODES + 1 + 2 * NR_GROUPS
             + SECOND_KINDS);
   printf ("# %" PRIu64 " seeds per (elevator, ack) pair from %" PRIu64
           ", %" PRIu64 " ops each; replay one with PLUGQ_MODEL_SEED=N\n",
@@ -1118,6 +1140,7 @@ main (void)
   for (size_t gi = 0; gi < NR_GROUPS; gi++)
     for (size_t mi = 0; mi < NR_STRIPE_MODES; mi++)
       run_striped_group (&groups[gi], &stripe_modes[mi]);
+  check_stripe_reads ();
   for (size_t gi = 0; gi < NR_GROUPS; gi++)
     run_fault_group (&groups[gi]);
   for (size_t gi = 0; gi < NR_GROUPS; gi++)
