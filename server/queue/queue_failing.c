@@ -168,6 +168,12 @@ piece_keep_failed (struct queue *q, struct piece *p, int err,
   }
   if (q->space_sleepers > 0)     /* they fail now rather than wait */
     pthread_cond_broadcast (&q->space);
+  /* The dispatch thread may be asleep with no time to wake at (nothing
+   * was failing when it went to sleep): it must see the retry time, or
+   * the data and every writer waiting behind it wait for the next
+   * request, which may never come.
+   */
+  pthread_cond_signal (&q->dispatch_wake);
   return keep_uncovered (q, p, err);
 }
 
