@@ -296,6 +296,28 @@ EOF
   assert_config_error max-merge
 }
 
+@test "config: bad read-ahead (not a size, over 64M)" {
+  bad_config read-ahead=lots
+  assert_config_error read-ahead
+  bad_config read-ahead=65M
+  assert_config_error read-ahead 64
+}
+
+@test "config: read-ahead= off, 0 and a size, per disk" {
+  run timeout 30 "$NBDKIT" -U - "$PLUGIN" stats="$T/stats.json" \
+    read-ahead=256K disk=a memory=1M disk=b memory=1M read-ahead=off \
+    disk=c memory=1M read-ahead=0 disk=d memory=1M \
+    --run 'exit 0'
+  assert_success
+  pyrun "$T/stats.json" <<'EOF'
+import sys
+from plugqtest import load_stats, stat
+doc = load_stats(sys.argv[1])
+got = {d: stat(doc, d, "config.read_ahead") for d in "abcd"}
+assert got == {"a": 256 * 1024, "b": 0, "c": 0, "d": 256 * 1024}, got
+EOF
+}
+
 @test "config: bad queue-bytes" {
   bad_config queue-bytes=many
   assert_config_error queue-bytes

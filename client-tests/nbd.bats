@@ -181,7 +181,8 @@ EOF
   # reads at depth within that margin on a loaded machine.
   start_remote a --threads=1 --filter=delay memory 16M delay-read=5ms
   start_remote b --filter=delay memory 16M delay-read=5ms
-  start_plugq disk=a nbd="$(ruri a)" disk=b nbd="$(ruri b)" \
+  # read-ahead=off: the chains, not the read-ahead windows (next test).
+  start_plugq read-ahead=off disk=a nbd="$(ruri a)" disk=b nbd="$(ruri b)" \
     stats="$T/stats.json" stats-interval=20ms
   pyrun "$T/stats.json" <<'EOF'
 import sys, nbd
@@ -228,6 +229,69 @@ assert got["a"][0] > 0 and got["a"][1] > 0, \
     "a (one thread): reads at depth waited %d, merged %d" % got["a"]
 assert got["b"] == (0, 0), \
     "b (room for every read): reads at depth waited %d, merged %d" % got["b"]
+EOF
+}
+
+@test "nbd: a stream of reads is read ahead, at depth 1 and 16, and a write from another connection is read at once" {
+  prefill "$T/r.img" $((4 * MiB)) 9
+  start_remote r --filter=log file "$T/r.img" logfile="$T/r.log"
+  start_plugq read-ahead=256K disk=r nbd="$(ruri r)" \
+    stats="$T/stats.json" stats-interval=20ms
+  pyrun "$T/r.img" "$T/r.log" "$T/stats.json" <<'EOF'
+import sys, nbd
+from nbdremote import *
+img, log, stats = sys.argv[1:]
+N = 256
+r = pattern(9, 4 * MiB)
+
+def remote_reads():
+    return log_calls(log, "Read")
+
+def reads_at(h, start, depth, n=N):
+    """n sequential 4K reads from start, depth in flight at most."""
+    bufs, cookies = [], []
+    while len(cookies) < n or h.aio_in_flight() > 0:
+        while len(cookies) < n and h.aio_in_flight() < depth:
+            b = nbd.Buffer(4096)
+            bufs.append(b)
+            cookies.append(h.aio_pread(b, start + len(cookies) * 4096))
+        h.poll(-1)
+    for c in cookies:
+        if not h.aio_command_completed(c):
+            raise AssertionError("read %d did not complete" % c)
+    return b"".join(b.to_bytearray() for b in bufs)
+
+h = connect("r")
+for depth, start in ((1, 0), (16, MiB)):
+    before = len(remote_reads())
+    expect_bytes(reads_at(h, start, depth), r[start:start + N * 4096],
+                 "reads at depth %d" % depth)
+    sent = remote_reads()[before:]
+    assert len(sent) <= N // 8, \
+        "%d sequential reads at depth %d became %d remote reads" % (N, depth, len(sent))
+    assert max(f["count"] for _, f in sent) == 256 * KiB, \
+        "the largest remote read: %d" % max(f["count"] for _, f in sent)
+    print("# depth %d: %d reads, %d remote reads" % (depth, N, len(sent)))
+
+def hits():
+    return stat(load_stats(stats), "r", "read_ahead_hits")
+poll(lambda: hits() >= N, 10, "reads answered from windows in the stats")
+
+# A stream part way into its windows; another connection writes just
+# ahead of it, and the stream reads that write.
+start = 2 * MiB
+expect_bytes(reads_at(h, start, 1, 16), r[start:start + 16 * 4096], "the stream")
+other = connect("r")
+new = pattern(77, 8192)
+other.pwrite(new, start + 20 * 4096)
+other.shutdown()
+want = r[start + 16 * 4096:start + 20 * 4096] + new + \
+    r[start + 22 * 4096:start + 48 * 4096]
+expect_bytes(reads_at(h, start + 16 * 4096, 1, 32), want,
+             "the stream after another connection wrote ahead of it")
+h.flush()
+expect_file(img, start + 20 * 4096, new, "the remote file after FLUSH")
+h.shutdown()
 EOF
 }
 

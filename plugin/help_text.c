@@ -112,6 +112,8 @@ static const struct key_help queue_help[] = {
   { "queue-bytes=<SIZE>", "Queued data before writers wait." },
   { "queue-requests=<N>", "Queued requests before writers wait (>= 1)." },
   { "write-expire=<DELAY>", "Deadline: no request waits longer." },
+  { "read-ahead=<SIZE>|off",
+    "Read ahead of sequential reads (default 1M)." },
   { "bypass=auto|never",
     "Writes nothing can merge with skip the queue on" },
   { "", "file and memory disks (auto, default) or never." },

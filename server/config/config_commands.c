@@ -261,7 +261,8 @@ live_set (struct live_config *l, const char *name,
     if (!queue_key_known (keys[i].key)) {
       log_error ("set %s: %s= is not a queue key (ack, elevator, "
                  "unplug-delay, unplug-thresh, max-merge, queue-bytes, "
-                 "queue-requests, write-expire, bypass, read-target)", name,
+                 "queue-requests, write-expire, bypass, read-target, read-ahead)",
+                 name,
                  keys[i].key);
       return -1;
     }

@@ -97,7 +97,8 @@ queue_config_equal (const struct queue_config *a,
     && a->max_merge == b->max_merge && a->queue_bytes == b->queue_bytes
     && a->queue_requests == b->queue_requests
     && a->write_expire_ns == b->write_expire_ns && a->bypass == b->bypass
-    && a->read_target_ns == b->read_target_ns;
+    && a->read_target_ns == b->read_target_ns
+    && a->read_ahead == b->read_ahead;
 }
 
 static const struct key_value *

@@ -41,6 +41,7 @@ queue_config_defaults (struct queue_config *c)
   c->write_expire_ns = 5000 * NS_PER_MS;
   c->read_target_ns = READ_TARGET_AUTO;
   c->retry_ns = 10000 * NS_PER_MS;
+  c->read_ahead = 1024 * 1024;
   c->bypass = true;
 }
 
@@ -68,6 +69,7 @@ queue_derive_settings (struct queue *q)
     && q->block_mask == 0 && backend->buffer_align <= 1;
   q->bypass_large = async_around;
   q->bypass_waiting = async_around && cfg->ack == ACK_DISPATCHED;
+  q->read_streams.ahead_max = q->read_streams.merging ? cfg->read_ahead : 0;
 }
 
 static void
@@ -548,17 +550,14 @@ worth_asking_to_go_around (const struct queue *q, uint32_t count,
     && (q->bypass_waiting || (q->bypass_large && count >= q->merge_limit));
 }
 
-int
-queue_pwrite (struct queue *q, struct session *s, const void *buf,
-              uint32_t count, uint64_t offset, unsigned flags)
+/* queue_pwrite, once the range is checked. */
+static int
+write_request (struct queue *q, struct session *s, const void *buf,
+               uint32_t count, uint64_t offset, unsigned flags)
 {
   struct piece r;
   uint32_t room;
 
-  if (queue_check_range (q, count, offset) == -1)
-    return -1;
-  if (count == 0)
-    return 0;
   if (worth_asking_to_go_around (q, count, offset, flags)) {
     int answer = bypass_write (q, s, buf, count, offset, flags);
 
@@ -584,6 +583,32 @@ queue_pwrite (struct queue *q, struct session *s, const void *buf,
   return submit (q, s, &r, flags);
 }
 
+/* Every write, zero and trim, once it is in the queue or the backend:
+ * no read-ahead window may answer from before it (queue_read_ahead.c).
+ */
+static int
+forget_read_ahead (struct queue *q, uint64_t count, uint64_t offset,
+                   int answer)
+{
+  int saved = errno;
+
+  read_ahead_forget (q, count, offset);
+  errno = saved;
+  return answer;
+}
+
+int
+queue_pwrite (struct queue *q, struct session *s, const void *buf,
+              uint32_t count, uint64_t offset, unsigned flags)
+{
+  if (queue_check_range (q, count, offset) == -1)
+    return -1;
+  if (count == 0)
+    return 0;
+  return forget_read_ahead (q, count, offset,
+                            write_request (q, s, buf, count, offset, flags));
+}
+
 /* Zeroes and trims: a piece with no data. */
 static int
 submit_dataless (struct queue *q, struct session *s, enum op_kind kind,
@@ -594,7 +619,7 @@ submit_dataless (struct queue *q, struct session *s, enum op_kind kind,
   if (count == 0)
     return 0;
   piece_init (q, &r, kind, count, offset, flags);
-  return submit (q, s, &r, flags);
+  return forget_read_ahead (q, count, offset, submit (q, s, &r, flags));
 }
 
 int
@@ -761,6 +786,7 @@ queue_free (struct queue *q)
   lock_acquire (&q->lock);      /* for the helpers' assertions */
   pieces_free (q);
   lock_release (&q->lock);
+  read_ahead_forget_all (q);
   if (q->cfg.elevator->exit)
     q->cfg.elevator->exit (&q->elevator);
   backend_close (q->backend);
@@ -815,4 +841,6 @@ queue_stats_snapshot (struct queue *q, struct queue_stats *out)
   out->read_time.count = r->requests;
   out->read_time.total_us = r->ticks_ms_x1000;
   out->reads_waited = atomic_load (&q->read_streams.waited);
+  out->read_ahead_hits = atomic_load (&q->read_streams.ahead_hits);
+  out->read_ahead_bytes = atomic_load (&q->read_streams.ahead_bytes);
 }

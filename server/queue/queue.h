@@ -40,6 +40,8 @@ struct queue_config {
   uint64_t write_expire_ns;     /* deadline: no request waits longer */
   uint64_t read_target_ns;      /* reads' latency target while writes
                                  * compete (elevator_reads.c); 0: off */
+  uint64_t read_ahead;          /* largest read-ahead window of a stream
+                                 * of reads (queue_read_ahead.c); 0: off */
   bool bypass;                  /* writes nothing can merge with go around
                                  * the queue where the backend writes to
                                  * memory (queue_bypass.c) */
@@ -47,6 +49,9 @@ struct queue_config {
                                  * again for this long (not a parameter:
                                  * tests shorten it) */
 };
+
+/* The largest read-ahead= (a window is one backend read). */
+#define READ_AHEAD_MAX (64 * 1024 * 1024)
 
 /* The defaults, chosen by measurement (docs/tuning.md). */
 void queue_config_defaults (struct queue_config *);

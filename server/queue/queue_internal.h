@@ -6,6 +6,10 @@
  *   queue_pieces.c   the piece trees: insert, cut, split, byte counts,
  *                    spare pieces
  *   queue_read.c     reads and extents laid over the queue's pieces
+ *   queue_read_streams.c  a read request: from a read-ahead window,
+ *                    merged behind a busy stream, or at once
+ *   queue_read_depth.c    whether the backend queues reads
+ *   queue_read_ahead.c    read-ahead windows of sequential streams
  *   queue_flush.c    FLUSH, FUA, group commit and latched errors
  *   queue_batch.c    batches: taking pieces, completing, retrying
  *   queue_align.c    partial blocks on a backend that needs aligned I/O:
@@ -156,6 +160,13 @@ struct batch {
 #define RECENT_READ_ENDS 8
 #define READ_STREAM_SLOTS 16
 
+/* Read-ahead windows per disk (queue_read_ahead.c): a stream reads in
+ * one while the next fills.
+ */
+#define READ_AHEAD_WINDOWS 8
+
+struct read_ahead_window;       /* queue_read_ahead.c */
+
 struct read_waiter;             /* queue_read_streams.c */
 
 struct read_stream_slot {
@@ -193,6 +204,14 @@ struct read_streams {
                                  * nor across I/O */
   struct read_stream_slot slot[READ_STREAM_SLOTS];
   _Atomic uint64_t waited;      /* reads that waited in a chain */
+  uint64_t ahead_max;           /* read-ahead= where merging; 0: none.
+                                 * Changes only with no request in the
+                                 * queue (queue_reconfig.c) */
+  _Atomic unsigned windows_listed;
+  uint64_t clock;               /* under lock: counts window reads */
+  struct read_ahead_window *window[READ_AHEAD_WINDOWS]; /* under lock */
+  _Atomic uint64_t ahead_hits;  /* reads answered from a window */
+  _Atomic uint64_t ahead_bytes; /* bytes read ahead */
 };
 
 struct queue {
@@ -420,6 +439,16 @@ void failing_drop_all (struct queue *);
 void read_depth_note (struct read_depth *, unsigned active_at_arrival,
                       uint64_t latency_ns);
 bool read_depth_queues (const struct read_depth *);
+
+/* queue_read_ahead.c: a read answered from a read-ahead window (true),
+ * or left to the caller (false); stream: it continues a recent read
+ * and may open a window.  Forgetting: a write, zero or trim, after it
+ * is in the queue or the backend and before its answer.
+ */
+bool read_ahead_read (struct queue *, void *buf, uint32_t count,
+                      uint64_t offset, bool stream);
+void read_ahead_forget (struct queue *, uint64_t count, uint64_t offset);
+void read_ahead_forget_all (struct queue *);
 
 /* queue_read_streams.c: a read request, at once or merged behind a
  * busy stream, counted; 0 or -1 with errno.

@@ -12,7 +12,7 @@
 const char *const queue_keys[] = {
   "ack", "elevator", "unplug-delay", "unplug-thresh", "max-merge",
   "queue-bytes", "queue-requests", "write-expire", "read-target", "bypass",
-  NULL,
+  "read-ahead", NULL,
 };
 
 bool
@@ -77,6 +77,24 @@ set_read_target (struct queue_config *qc, const char *key, const char *value)
   return config_parse_delay (key, value, false, &qc->read_target_ns);
 }
 
+/* A size up to READ_AHEAD_MAX; off or 0: no read-ahead. */
+static int
+set_read_ahead (struct queue_config *qc, const char *key, const char *value)
+{
+  if (strcmp (value, "off") == 0) {
+    qc->read_ahead = 0;
+    return 0;
+  }
+  if (config_parse_size_key (key, value, true, &qc->read_ahead) == -1)
+    return -1;
+  if (qc->read_ahead > READ_AHEAD_MAX) {
+    log_error ("%s=%s: at most %d MiB", key, value,
+               READ_AHEAD_MAX / (1024 * 1024));
+    return -1;
+  }
+  return 0;
+}
+
 /* The message lists the elevators of the table, as --help does. */
 static int
 set_elevator (struct queue_config *qc, const char *key, const char *value)
@@ -110,6 +128,8 @@ queue_key_set (struct queue_config *qc, const char *key, const char *value)
     return config_parse_delay (key, value, false, &qc->write_expire_ns);
   if (strcmp (key, "read-target") == 0)
     return set_read_target (qc, key, value);
+  if (strcmp (key, "read-ahead") == 0)
+    return set_read_ahead (qc, key, value);
   if (strcmp (key, "unplug-thresh") == 0)
     return config_parse_count (key, value, &qc->unplug_thresh);
   if (strcmp (key, "queue-requests") == 0)

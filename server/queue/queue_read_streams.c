@@ -1,4 +1,9 @@
-/* plugq: reads, at once or merged behind a busy stream.
+/* plugq: reads, from a read-ahead window, at once or merged behind a
+ * busy stream.
+ *
+ * Where read-ahead= is on, a stream read (1. below) or any read while
+ * windows exist first asks the windows (queue_read_ahead.c); what they
+ * cannot answer goes on as follows.
  *
  * A read that finds the backend idle goes at once (read_overlaid): at
  * depth 1 nothing is added.  A sequential stream of reads at depth is
@@ -302,21 +307,37 @@ stream_read (struct queue *q, void *buf, uint32_t count, uint64_t offset,
   return err;
 }
 
+/* Whether the read-ahead windows may answer a read: a stream read may
+ * open one, any read may find one.
+ */
+static bool
+may_read_ahead (struct queue *q, bool stream)
+{
+  return q->read_streams.ahead_max
+    && (stream || atomic_load_explicit (&q->read_streams.windows_listed,
+                                        memory_order_relaxed));
+}
+
 int
 read_request (struct queue *q, void *buf, uint32_t count, uint64_t offset)
 {
   uint64_t start = monotonic_ns (), latency;
   unsigned active = read_feedback_arrive (&q->elevator.reads, start);
-  bool waited = false;
+  bool stream = q->read_streams.merging && continues_recent_read (q, offset);
+  bool waited = false;          /* or not read alone: says nothing of
+                                 * the backend's depth */
   int err;
 
-  if (q->read_streams.merging && continues_recent_read (q, offset)) {
+  if (q->read_streams.merging)
     note_read_end (q, offset + count);
-    err = stream_read (q, buf, count, offset, &waited);
+  if (may_read_ahead (q, stream)
+      && read_ahead_read (q, buf, count, offset, stream)) {
+    waited = true;
+    err = 0;
   }
+  else if (stream)
+    err = stream_read (q, buf, count, offset, &waited);
   else {
-    if (q->read_streams.merging)
-      note_read_end (q, offset + count);
     count_backend_read (q, 1);
     err = read_overlaid (q, buf, count, offset) == -1 ? (errno ? errno : EIO)
       : 0;

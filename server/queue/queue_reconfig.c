@@ -46,6 +46,8 @@ unlocked_key (const struct queue_config *now, const struct queue_config *cfg)
     return "write-expire";
   if (cfg->read_target_ns != now->read_target_ns)
     return "read-target";       /* each read looks at it, lock-free */
+  if (cfg->read_ahead != now->read_ahead)
+    return "read-ahead";        /* so does each stream read */
   return NULL;
 }
 
@@ -89,7 +91,10 @@ int
 queue_set_config (struct queue *q, const struct queue_config *cfg,
                   bool no_requests)
 {
+  bool ahead_changed;
+
   lock_acquire (&q->lock);
+  ahead_changed = cfg->read_ahead != q->cfg.read_ahead;
   if (!no_requests && unlocked_key (&q->cfg, cfg)) {
     lock_release (&q->lock);
     errno = EBUSY;
@@ -112,12 +117,16 @@ queue_set_config (struct queue *q, const struct queue_config *cfg,
     q->cfg.unplug_thresh = cfg->unplug_thresh;
     q->cfg.write_expire_ns = cfg->write_expire_ns;
     q->cfg.read_target_ns = cfg->read_target_ns;
+    q->cfg.read_ahead = cfg->read_ahead;
     read_feedback_set_target (&q->elevator.reads, cfg->read_target_ns);
     queue_derive_settings (q);
   }
   /* A larger queue has room for a writer asleep waiting for it. */
   room_pass_on (q);
   lock_release (&q->lock);
+  /* Windows of the old size go; none of a disk that reads ahead no more. */
+  if (no_requests && ahead_changed)
+    read_ahead_forget_all (q);
   return 0;
 }
 

@@ -84,6 +84,9 @@ struct queue_stats {
   uint64_t bypassed_writes;     /* writes that went around the queue */
   uint64_t reads_waited;        /* reads that waited behind a busy stream
                                  * to go out merged */
+  uint64_t read_ahead_hits;     /* reads answered from a read-ahead
+                                 * window, without a backend read */
+  uint64_t read_ahead_bytes;    /* bytes read ahead (window fills) */
   uint64_t writes_held;         /* write dispatches held back while reads
                                  * competed (read-target) */
   uint64_t read_target_ns;      /* now: the read target in force (with

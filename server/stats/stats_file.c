@@ -148,6 +148,7 @@ config_json (const struct queue_config *qc, const struct queue_stats *st)
       || set (o, "write_expire_us", num (qc->write_expire_ns / 1000)) == -1
       || set (o, "read_target", json_string (read_target_mode (qc))) == -1
       || set (o, "read_target_us", num (st->read_target_ns / 1000)) == -1
+      || set (o, "read_ahead", num (qc->read_ahead)) == -1
       || set (o, "bypass", json_string (qc->bypass ? "auto" : "never")) == -1) {
     json_decref (o);
     return NULL;
@@ -220,6 +221,8 @@ disk_json (struct queue *q)
       || set (o, "read_modify_writes", num (st.read_modify_writes)) == -1
       || set (o, "bypassed_writes", num (st.bypassed_writes)) == -1
       || set (o, "reads_waited", num (st.reads_waited)) == -1
+      || set (o, "read_ahead_hits", num (st.read_ahead_hits)) == -1
+      || set (o, "read_ahead_bytes", num (st.read_ahead_bytes)) == -1
       || set (o, "writes_held", num (st.writes_held)) == -1
       || set (o, "queued_requests", num (st.queued_requests)) == -1
       || set (o, "queued_bytes", num (st.queued_bytes)) == -1

@@ -274,6 +274,7 @@ stream_reads_at_depth (bool room_for_reads)
   for (unsigned i = 0; i < STREAM_READS; i++)
     t[i] = (struct test_thread) TEST_THREAD_INIT;
   cfg.bypass = false;
+  cfg.read_ahead = 0;           /* the chains, not the windows */
   ok = rig (&r, &cfg);
   /* What earlier reads showed: 1 ms alone, and at depth 4 ms (the
    * backend queues reads) or 1.1 ms (it has room for them).
@@ -386,6 +387,7 @@ test_stream_reads_depth_one (void)
   struct test_rig r;
   bool ok;
 
+  cfg.read_ahead = 0;           /* the chains, not the windows */
   ok = rig (&r, &cfg);
   if (ok) {
     read_depth_note (&r.d[0].q->read_streams.depth, 1, 1000000);
