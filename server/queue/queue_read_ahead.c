@@ -16,8 +16,10 @@
  *   3. The first read that ends past the first quarter of a window
  *      opens the window after it, twice as large (at most read-ahead=),
  *      and fills it before it answers, while the reads behind it still
- *      find their data in the window before.  A window whose last byte
- *      has been read is dropped.
+ *      find their data in the window before; the first past its half
+ *      opens the one after that, so that two windows may be filling
+ *      ahead of the reads.  A window whose last byte has been read is
+ *      dropped.
  *   4. Every write, zero and trim forgets the windows it overlaps after
  *      its data is in the queue or the backend and before it is
  *      answered (read_ahead_forget).  A window is listed before its
@@ -110,15 +112,16 @@ window_holding (struct queue *q, uint64_t offset, uint64_t end)
   return NULL;
 }
 
-static bool
-window_starts_at (struct queue *q, uint64_t offset)
+/* The listed window starting at offset, or NULL. */
+static struct read_ahead_window *
+window_at (struct queue *q, uint64_t offset)
 {
   read_ahead_assert_locked (q);
   for (int i = 0; i < READ_AHEAD_WINDOWS; i++)
     if (q->read_streams.window[i]
         && q->read_streams.window[i]->offset == offset)
-      return true;
-  return false;
+      return q->read_streams.window[i];
+  return NULL;
 }
 
 /* A free slot of the table, else that of the least recently read filled
@@ -204,18 +207,40 @@ open_first (struct queue *q, uint32_t count, uint64_t offset)
   return window_open (q, offset, end);
 }
 
-/* The window after w, when the read ending at end opens it, or NULL. */
+/* The window after prev, twice its size up to read-ahead=, or NULL
+ * when prev reaches the disk's end or the window is there already.
+ */
+static struct read_ahead_window *
+open_after (struct queue *q, const struct read_ahead_window *prev)
+{
+  uint64_t length = MIN (2 * window_length (prev),
+                         q->read_streams.ahead_max);
+
+  if (prev->end >= q->backend->size || window_at (q, prev->end))
+    return NULL;
+  return window_open (q, prev->end, window_end (q, prev->end, length));
+}
+
+/* The window the read ending at end in w opens, or NULL: past w's first
+ * quarter the one after w, and past its half the one after that, so
+ * that a stream whose reads in flight fill a window (64 KiB reads at
+ * QD16 in 1 MiB windows) finds the next one read already.
+ */
 static struct read_ahead_window *
 maybe_open_next (struct queue *q, const struct read_ahead_window *w,
                  uint64_t end)
 {
-  uint64_t length = MIN (2 * window_length (w), q->read_streams.ahead_max);
+  const struct read_ahead_window *next;
 
   read_ahead_assert_locked (q);
-  if (end <= w->offset + window_length (w) / 4
-      || w->end >= q->backend->size || window_starts_at (q, w->end))
+  if (end <= w->offset + window_length (w) / 4)
     return NULL;
-  return window_open (q, w->end, window_end (q, w->end, length));
+  next = window_at (q, w->end);
+  if (next == NULL)
+    return open_after (q, w);
+  if (end <= w->offset + window_length (w) / 2)
+    return NULL;
+  return open_after (q, next);
 }
 
 /* Fills w, opened by the caller, and wakes the reads waiting for it.
