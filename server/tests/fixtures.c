@@ -2,6 +2,7 @@
 #include <config.h>
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -373,6 +374,37 @@ test_each_mode (void (*const *cases) (void), size_t n,
       cases[i] ();
   }
   *async = *writers = 0;
+}
+
+void
+test_count_breach (void *arg, const char *msg)
+{
+  _Atomic unsigned *breaches = arg;
+
+  printf ("# backend contract broken: %s\n", msg);
+  atomic_fetch_add (breaches, 1);
+}
+
+void
+test_sync_then_async (void (*const *cases) (void), size_t n,
+                      unsigned *async, unsigned async_n)
+{
+  const unsigned modes[] = { 0, async_n };
+
+  for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+    *async = modes[m];
+    for (size_t i = 0; i < n; i++)
+      cases[i] ();
+  }
+  *async = 0;
+}
+
+int
+test_read_job_run (void *job)
+{
+  struct test_read_job *j = job;
+
+  return queue_pread (j->q, j->buf, j->count, j->offset) == 0 ? 0 : errno;
 }
 
 int

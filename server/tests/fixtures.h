@@ -155,6 +155,18 @@ void test_each_mode (void (*const *cases) (void), size_t n,
                      unsigned *async, unsigned *writers,
                      unsigned async_n, unsigned writers_n);
 
+/* A tb_contract fault hook (test_backends.h): prints each breach of the
+ * backend contract and counts it in the _Atomic unsigned at arg.
+ */
+void test_count_breach (void *arg, const char *msg);
+
+/* Runs every case of cases[0..n) over a synchronous backend
+ * (*async = 0), then an asynchronous one (*async = async_n); *async is 0
+ * after.
+ */
+void test_sync_then_async (void (*const *cases) (void), size_t n,
+                           unsigned *async, unsigned async_n);
+
 /* A queue_pwrite of count bytes of c at offset, with flags and no
  * session, to run on a test_thread: test_write_job_run (job).
  */
@@ -165,6 +177,17 @@ struct test_write_job {
   unsigned flags;
 };
 int test_write_job_run (void *job);
+
+/* A queue_pread of count bytes (at most 64 KiB) at offset into buf,
+ * to run on a test_thread: test_read_job_run (job) answers 0 or errno.
+ */
+struct test_read_job {
+  struct queue *q;
+  uint64_t offset;
+  uint32_t count;
+  unsigned char buf[64 * 1024];
+};
+int test_read_job_run (void *job);
 
 /* queue_pwrite of count bytes of c. */
 int test_write_fill (struct queue *, struct session *, int c, uint64_t count,

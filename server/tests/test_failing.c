@@ -423,13 +423,9 @@ main (void)
     test_full_queue_fails_writers,
     test_shutdown_drops_and_reports,
   };
-  static const unsigned modes[] = { 0, 4 };
 
-  for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
-    async_mode = modes[m];
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-      cases[i] ();
-  }
+  test_sync_then_async (cases, sizeof cases / sizeof cases[0], &async_mode,
+                        4);
   tap_plan (tap_count);
   return tap_done ();
 }

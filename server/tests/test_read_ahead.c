@@ -18,6 +18,7 @@
 #include <config.h>
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -40,11 +41,8 @@
 static unsigned async_mode;
 #define MODE (async_mode ? " [async]" : "")
 
-static void
-record_breach (void *arg, const char *msg)
-{
-  printf ("# backend contract broken: %s\n", msg);
-}
+/* Breaches of the backend contract in every case (test_count_breach). */
+static _Atomic unsigned breaches;
 
 /* One disk whose backend checks the contract (reads past the end among
  * it), holding 'r' over the whole disk, written back.
@@ -53,7 +51,8 @@ static bool
 rig (struct test_rig *r, struct queue_config *cfg, bool writes_to_memory)
 {
   struct tb_contract c = {
-    .merge_limit = cfg->max_merge, .fault = record_breach,
+    .merge_limit = cfg->max_merge, .fault = test_count_breach,
+    .arg = &breaches,
   };
   struct test_backend *tb;
   bool ok;
@@ -252,21 +251,6 @@ test_write_forgets_windows (void)
           written ? "ok" : "FAILED", zero ? "ok" : "FAILED", MODE);
 }
 
-struct read_job {
-  struct queue *q;
-  uint64_t offset;
-  uint32_t count;
-  unsigned char buf[64 * KiB];
-};
-
-static int
-read_job_run (void *arg)
-{
-  struct read_job *j = arg;
-
-  return queue_pread (j->q, j->buf, j->count, j->offset) == 0 ? 0 : errno;
-}
-
 /* A stream read's window fill is held at the backend; reads inside the
  * window arrive and wait for it (no backend read of their own); a write
  * into the window is written back meanwhile.  Once the fill is let go,
@@ -279,7 +263,7 @@ test_reads_wait_for_fill (void)
   struct queue_config cfg = ahead_config (MiB);
   struct test_thread t[3] = { TEST_THREAD_INIT, TEST_THREAD_INIT,
                               TEST_THREAD_INIT };
-  static struct read_job j[3];
+  static struct test_read_job j[3];
   struct run first = { .offset = READ_AT, .count = 4 * KiB, .n = 1,
                        .c = 'r' };
   struct run later = { .offset = READ_AT + 12 * KiB, .count = 4 * KiB,
@@ -297,10 +281,10 @@ test_reads_wait_for_fill (void)
   }
   /* Opens [READ_AT + 4K, READ_AT + 20K) and fills it, held. */
   for (unsigned i = 0; ok && i < 3; i++) {
-    j[i] = (struct read_job) {
+    j[i] = (struct test_read_job) {
       .q = q, .offset = READ_AT + (i + 1) * 4 * KiB, .count = 4 * KiB,
     };
-    ok = CHECK (test_thread_start (&t[i], read_job_run, &j[i]) == 0);
+    ok = CHECK (test_thread_start (&t[i], test_read_job_run, &j[i]) == 0);
     if (ok && i == 0)
       ok = CHECK (test_backend_wait_entered (r.d[0].tb, TB_PREAD,
                                              preads + 1));
@@ -395,13 +379,11 @@ main (void)
     test_failed_fill,
     test_disk_end,
   };
-  static const unsigned modes[] = { 0, 4 };
 
-  for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
-    async_mode = modes[m];
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-      cases[i] ();
-  }
+  test_sync_then_async (cases, sizeof cases / sizeof cases[0], &async_mode,
+                        4);
+  tap_ok (atomic_load (&breaches) == 0, "the backend contract held in every"
+          " case: %u breaches", atomic_load (&breaches));
   tap_plan (tap_count);
   return tap_done ();
 }

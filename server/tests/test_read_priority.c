@@ -19,6 +19,7 @@
 #include <config.h>
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -41,11 +42,8 @@
 static unsigned async_mode;
 #define MODE (async_mode ? " [async]" : "")
 
-static void
-record_breach (void *arg, const char *msg)
-{
-  printf ("# backend contract broken: %s\n", msg);
-}
+/* Breaches of the backend contract in every case (test_count_breach). */
+static _Atomic unsigned breaches;
 
 /* One disk whose backend checks the contract (and so counts the write
  * bytes it runs at once).
@@ -54,7 +52,8 @@ static bool
 rig (struct test_rig *r, struct queue_config *cfg)
 {
   struct tb_contract c = {
-    .merge_limit = cfg->max_merge, .fault = record_breach,
+    .merge_limit = cfg->max_merge, .fault = test_count_breach,
+    .arg = &breaches,
   };
   struct test_backend *tb;
 
@@ -64,21 +63,6 @@ rig (struct test_rig *r, struct queue_config *cfg)
     && (!async_mode || CHECK (test_backend_set_async (tb, 16) == 0))
     && CHECK (test_backend_check_contract (tb, &c) == 0)
     && CHECK (test_rig_start (r, cfg));
-}
-
-struct read_job {
-  struct queue *q;
-  uint64_t offset;
-  uint32_t count;
-  unsigned char buf[64 * KiB];
-};
-
-static int
-read_job_run (void *arg)
-{
-  struct read_job *j = arg;
-
-  return queue_pread (j->q, j->buf, j->count, j->offset) == 0 ? 0 : errno;
 }
 
 /* count bytes of c at offset, as stream writes of 64 KiB. */
@@ -125,17 +109,17 @@ flush_job_run (void *arg)
  * running; released and joined by the caller.
  */
 static bool
-writes_beside_held_read (struct test_rig *r, struct read_job *rj,
+writes_beside_held_read (struct test_rig *r, struct test_read_job *rj,
                          struct test_thread *rt, struct flush_job *fj,
                          struct test_thread *ft)
 {
   struct queue *q = r->d[0].q;
   bool ok;
 
-  *rj = (struct read_job) { .q = q, .offset = READ_AT, .count = 4 * KiB };
+  *rj = (struct test_read_job) { .q = q, .offset = READ_AT, .count = 4 * KiB };
   *fj = (struct flush_job) { .q = q };
   test_backend_block (r->d[0].tb, TB_PREAD);
-  ok = CHECK (test_thread_start (rt, read_job_run, rj) == 0)
+  ok = CHECK (test_thread_start (rt, test_read_job_run, rj) == 0)
     && CHECK (test_backend_wait_entered (r->d[0].tb, TB_PREAD, 1));
   ok = ok && write_stream (q, 'w', 8 * MiB, 0);
   if (ok)
@@ -150,7 +134,7 @@ test_writes_held_for_reads (void)
 {
   struct queue_config cfg = priority_config ();
   struct test_thread rt = TEST_THREAD_INIT, ft = TEST_THREAD_INIT;
-  struct read_job rj;
+  struct test_read_job rj;
   struct flush_job fj;
   struct test_rig r;
   uint64_t held_max = 0, after_max = 0;
@@ -198,7 +182,7 @@ test_read_target_off (void)
 {
   struct queue_config cfg = priority_config ();
   struct test_thread rt = TEST_THREAD_INIT, ft = TEST_THREAD_INIT;
-  struct read_job rj;
+  struct test_read_job rj;
   struct flush_job fj;
   struct test_rig r;
   bool ok;
@@ -225,7 +209,7 @@ test_held_writes_expire (void)
 {
   struct queue_config cfg = priority_config ();
   struct test_thread rt = TEST_THREAD_INIT, ft = TEST_THREAD_INIT;
-  struct read_job rj;
+  struct test_read_job rj;
   struct flush_job fj;
   struct test_rig r;
   bool ok;
@@ -263,7 +247,7 @@ stream_reads_at_depth (bool room_for_reads)
 {
   struct queue_config cfg = test_config (TEST_HOUR, 100000);
   struct test_thread t[STREAM_READS];
-  static struct read_job j[STREAM_READS];
+  static struct test_read_job j[STREAM_READS];
   struct tb_call calls[MAX_CALLS];
   struct queue_stats st;
   struct test_rig r;
@@ -292,10 +276,10 @@ stream_reads_at_depth (bool room_for_reads)
   if (ok)
     test_backend_block (r.d[0].tb, TB_PREAD);
   for (unsigned i = 0; ok && i < STREAM_READS; i++) {
-    j[i] = (struct read_job) {
+    j[i] = (struct test_read_job) {
       .q = r.d[0].q, .offset = READ_AT + i * 4 * KiB, .count = 4 * KiB,
     };
-    ok = CHECK (test_thread_start (&t[i], read_job_run, &j[i]) == 0);
+    ok = CHECK (test_thread_start (&t[i], test_read_job_run, &j[i]) == 0);
     /* In order: each is either at the backend or waiting before the
      * next starts.
      */
@@ -382,7 +366,7 @@ static void
 test_stream_reads_depth_one (void)
 {
   struct queue_config cfg = test_config (TEST_HOUR, 100000);
-  struct read_job j;
+  struct test_read_job j;
   struct queue_stats st;
   struct test_rig r;
   bool ok;
@@ -394,10 +378,10 @@ test_stream_reads_depth_one (void)
     read_depth_note (&r.d[0].q->read_streams.depth, 16, 4000000);
   }
   for (unsigned i = 0; ok && i < 32; i++) {
-    j = (struct read_job) {
+    j = (struct test_read_job) {
       .q = r.d[0].q, .offset = READ_AT + i * 4 * KiB, .count = 4 * KiB,
     };
-    ok = CHECK (read_job_run (&j) == 0);
+    ok = CHECK (test_read_job_run (&j) == 0);
   }
   st = test_stats (r.d[0].q);
   ok = ok && CHECK (st.reads_waited == 0)
@@ -419,13 +403,11 @@ main (void)
     test_stream_reads_depth_one,
     test_read_depth_rule,
   };
-  static const unsigned modes[] = { 0, 4 };
 
-  for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
-    async_mode = modes[m];
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-      cases[i] ();
-  }
+  test_sync_then_async (cases, sizeof cases / sizeof cases[0], &async_mode,
+                        4);
+  tap_ok (atomic_load (&breaches) == 0, "the backend contract held in every"
+          " case: %u breaches", atomic_load (&breaches));
   tap_plan (tap_count);
   return tap_done ();
 }
