@@ -182,7 +182,12 @@ struct read_stream_slot {
 struct read_depth {
   _Atomic uint64_t fastest_ns;
   _Atomic uint64_t at_depth_ns;
+  _Atomic unsigned at_depth_reads;      /* samples in at_depth_ns, up to
+                                         * READ_DEPTH_KNOWN */
 };
+
+/* Reads at depth before their average says anything. */
+#define READ_DEPTH_KNOWN 8
 
 /* Reads active before a stream read waits to merge.  Waiting costs a
  * sleep and a wake-up as a backend read does, so on a disk that takes

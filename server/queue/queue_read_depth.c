@@ -18,8 +18,10 @@
  *     (themselves included).
  * The backend queues reads when the average at depth is more than
  * READ_QUEUED_NUM / READ_QUEUED_DEN times the fastest.  Until both are
- * known reads go at once: the backend has to show that it queues them,
- * which the first reads at depth do.  The fastest never rises: a backend
+ * known, the average from READ_DEPTH_KNOWN reads at least, reads go at
+ * once: the backend has to show that it queues them, which the first
+ * reads at depth do, and one read held up by the scheduler (a loaded
+ * machine, a sanitizer) shows nothing.  The fastest never rises: a backend
  * that has become slower for good is taken to queue reads, and its
  * streams merge.
  * Updates race benignly: a lost sample of an average changes nothing
@@ -60,6 +62,9 @@ note_read_at_depth (struct read_depth *d, uint64_t ns)
     avg -= (avg - ns) / READ_DEPTH_WEIGHT;
   atomic_store_explicit (&d->at_depth_ns, avg ? avg : 1,
                          memory_order_relaxed);
+  if (atomic_load_explicit (&d->at_depth_reads, memory_order_relaxed)
+      < READ_DEPTH_KNOWN)
+    atomic_fetch_add_explicit (&d->at_depth_reads, 1, memory_order_relaxed);
 }
 
 void
@@ -81,7 +86,9 @@ read_depth_queues (const struct read_depth *d)
   uint64_t at_depth = atomic_load_explicit (&d->at_depth_ns,
                                             memory_order_relaxed);
 
-  if (fastest == 0 || at_depth == 0)
+  if (fastest == 0 || at_depth == 0
+      || atomic_load_explicit (&d->at_depth_reads, memory_order_relaxed)
+         < READ_DEPTH_KNOWN)
     return false;
   return at_depth * READ_QUEUED_DEN > fastest * READ_QUEUED_NUM;
 }

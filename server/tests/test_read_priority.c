@@ -232,6 +232,17 @@ test_held_writes_expire (void)
 
 /* ------------------------------------------------------------ merging */
 
+/* What earlier reads showed the queue: alone_ns for a read alone, and
+ * at_depth_ns for enough reads at depth 16 to count.
+ */
+static void
+learn_depth (struct queue *q, uint64_t alone_ns, uint64_t at_depth_ns)
+{
+  read_depth_note (&q->read_streams.depth, 1, alone_ns);
+  for (int i = 0; i < READ_DEPTH_KNOWN; i++)
+    read_depth_note (&q->read_streams.depth, 16, at_depth_ns);
+}
+
 #define STREAM_READS 12
 
 /* Sequential 4 KiB reads from READ_AT, one thread each, started in order
@@ -263,11 +274,8 @@ stream_reads_at_depth (bool room_for_reads)
   /* What earlier reads showed: 1 ms alone, and at depth 4 ms (the
    * backend queues reads) or 1.1 ms (it has room for them).
    */
-  if (ok) {
-    read_depth_note (&r.d[0].q->read_streams.depth, 1, 1000000);
-    read_depth_note (&r.d[0].q->read_streams.depth, 16,
-                     room_for_reads ? 1100000 : 4000000);
-  }
+  if (ok)
+    learn_depth (r.d[0].q, 1000000, room_for_reads ? 1100000 : 4000000);
   ok = ok && write_stream (r.d[0].q, 'r', 64 * KiB, READ_AT);
   ok = ok && CHECK (queue_flush (r.d[0].q, NULL) == 0);
   /* Queued over the eleventh read's bytes. */
@@ -341,6 +349,14 @@ test_read_depth_rule (void)
 
   read_depth_note (&d, 1, 1000000);
   ok = ok && CHECK (!read_depth_queues (&d)); /* nothing at depth yet */
+  /* One read held up at depth (the scheduler, a sanitizer) says nothing;
+   * the first few do not either.
+   */
+  read_depth_note (&d, 16, 9000000);
+  ok = ok && CHECK (!read_depth_queues (&d));
+  for (int i = 0; i < READ_DEPTH_KNOWN - 2; i++)
+    read_depth_note (&d, 16, 1100000);
+  ok = ok && CHECK (!read_depth_queues (&d));
   for (int i = 0; i < 32; i++)
     read_depth_note (&d, 16, 1100000);
   ok = ok && CHECK (!read_depth_queues (&d));
@@ -356,7 +372,8 @@ test_read_depth_rule (void)
     read_depth_note (&d, 8, 1000000);
   ok = ok && CHECK (!read_depth_queues (&d));
   tap_ok (ok, "a backend queues reads when those at depth take over 1.5x"
-          " the fastest: unknown no, 1.1x no, 4x yes, 1x no%s", MODE);
+          " the fastest: unknown no, one slow read no, 1.1x no, 4x yes,"
+          " 1x no%s", MODE);
 }
 
 /* One at a time, a stream never waits, even on a backend that queues
@@ -373,10 +390,8 @@ test_stream_reads_depth_one (void)
 
   cfg.read_ahead = 0;           /* the chains, not the windows */
   ok = rig (&r, &cfg);
-  if (ok) {
-    read_depth_note (&r.d[0].q->read_streams.depth, 1, 1000000);
-    read_depth_note (&r.d[0].q->read_streams.depth, 16, 4000000);
-  }
+  if (ok)
+    learn_depth (r.d[0].q, 1000000, 4000000);
   for (unsigned i = 0; ok && i < 32; i++) {
     j = (struct test_read_job) {
       .q = r.d[0].q, .offset = READ_AT + i * 4 * KiB, .count = 4 * KiB,
