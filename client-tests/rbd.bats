@@ -237,6 +237,9 @@ EOF
   [ "$(stats_value "$T/stats.json" d write.requests)" -eq 64 ]
   ops=$(stats_value "$T/stats.json" d write.backend_ops)
   [ "$ops" -ge 1 ] && [ "$ops" -lt 64 ]     # merged into fewer RADOS writes
+  # read-target=auto keeps to the RBD backend's floor (1.25 ms), where a
+  # file disk starts at 1 ms and may fall to 300 us.
+  [ "$(stats_value "$T/stats.json" d config.read_target_us)" -ge 1250 ]
   pyrun "$T/stats.json" "$IMG" <<'EOF'
 import sys
 from plugqtest import *

@@ -106,6 +106,11 @@ struct backend {
    * backends only): its batches and the writes going around it together.
    */
   unsigned max_in_flight;
+  /* read-target=auto never sets a target below this (0: the elevator's
+   * own floor, elevator_reads.c): a backend whose reads vary more than
+   * its fastest one says.
+   */
+  uint64_t read_target_floor_ns;
   /* Synchronous writes, zeroes and trims that may run at once, each from
    * its own thread, on ranges that never overlap; 0 means 1.
    */

@@ -25,6 +25,7 @@
 
 struct read_feedback {
   uint64_t target_ns;           /* read-target; 0: off, READ_TARGET_AUTO */
+  uint64_t auto_floor_ns;       /* with auto, no target below this */
   /* The target in force: target_ns, or with auto READ_AUTO_FACTOR times
    * the fastest read of the last READ_BASELINE_NS (elevator_reads.c).
    */
@@ -92,8 +93,11 @@ void read_feedback_done (struct read_feedback *, uint64_t latency_ns);
 uint64_t read_feedback_allowance (struct read_feedback *, uint64_t now_ns);
 /* Whether reads are competing with writes now. */
 bool read_feedback_competing (const struct read_feedback *, uint64_t now_ns);
-/* Before the queue's first read: the target from read-target=. */
-void read_feedback_init (struct read_feedback *, uint64_t target_ns);
+/* Before the queue's first read: the target from read-target=, and
+ * auto's floor from the backend (0: the elevator's own).
+ */
+void read_feedback_init (struct read_feedback *, uint64_t target_ns,
+                         uint64_t auto_floor_ns);
 /* The same on a queue no request reaches (queue_set_config). */
 void read_feedback_set_target (struct read_feedback *, uint64_t target_ns);
 

@@ -22,7 +22,8 @@
  *
  * read-target=auto (the default) sets the target from the backend
  * itself: READ_AUTO_FACTOR times the fastest read of the last
- * READ_BASELINE_NS, within READ_AUTO_MIN_NS and READ_AUTO_MAX_NS.  Under
+ * READ_BASELINE_NS, within READ_AUTO_MIN_NS (or the backend's own floor,
+ * read_target_floor_ns, where higher) and READ_AUTO_MAX_NS.  Under
  * a write stream some reads still find the backend free, so the fastest
  * read is what a read costs that backend unhindered: about 60 us on a
  * local disk through O_DIRECT, the remote's own latency on a remote.  A
@@ -53,12 +54,23 @@
 #define READ_AUTO_MAX_NS (10 * 1000 * 1000ull)
 #define READ_AUTO_FIRST_NS (1000 * 1000ull)     /* before any read */
 
+/* What auto starts from, before any read. */
+static uint64_t
+auto_first (const struct read_feedback *f)
+{
+  return f->auto_floor_ns > READ_AUTO_FIRST_NS ? f->auto_floor_ns
+    : READ_AUTO_FIRST_NS;
+}
+
 void
-read_feedback_init (struct read_feedback *f, uint64_t target_ns)
+read_feedback_init (struct read_feedback *f, uint64_t target_ns,
+                    uint64_t auto_floor_ns)
 {
   f->target_ns = target_ns;
+  f->auto_floor_ns = auto_floor_ns > READ_AUTO_MIN_NS ? auto_floor_ns
+    : READ_AUTO_MIN_NS;
   atomic_init (&f->effective_ns, target_ns == READ_TARGET_AUTO
-               ? READ_AUTO_FIRST_NS : target_ns);
+               ? auto_first (f) : target_ns);
   atomic_init (&f->fastest_ns, UINT64_MAX);
   f->allowance = UINT64_MAX;
 }
@@ -68,7 +80,7 @@ read_feedback_set_target (struct read_feedback *f, uint64_t target_ns)
 {
   f->target_ns = target_ns;
   atomic_store_explicit (&f->effective_ns, target_ns == READ_TARGET_AUTO
-                         ? READ_AUTO_FIRST_NS : target_ns,
+                         ? auto_first (f) : target_ns,
                          memory_order_relaxed);
 }
 
@@ -104,8 +116,8 @@ rebase_target (struct read_feedback *f, uint64_t now_ns)
   if (fastest == UINT64_MAX)
     return;                     /* no read: keep the target */
   target = fastest * READ_AUTO_FACTOR;
-  if (target < READ_AUTO_MIN_NS)
-    target = READ_AUTO_MIN_NS;
+  if (target < f->auto_floor_ns)
+    target = f->auto_floor_ns;
   if (target > READ_AUTO_MAX_NS)
     target = READ_AUTO_MAX_NS;
   atomic_store_explicit (&f->effective_ns, target, memory_order_relaxed);

@@ -101,7 +101,8 @@ queue_init_fields (struct queue *q, struct backend *backend,
   queue_derive_settings (q);
   q->elevator.by_offset = &q->by_offset;
   q->elevator.by_age = &q->by_age;
-  read_feedback_init (&q->elevator.reads, cfg->read_target_ns);
+  read_feedback_init (&q->elevator.reads, cfg->read_target_ns,
+                      backend->read_target_floor_ns);
   q->flush.next_epoch = 1;
   TAILQ_INIT (&q->flush.sleepers);
   q->state = QUEUE_IDLE;

@@ -376,6 +376,40 @@ test_read_depth_rule (void)
           " 1x no%s", MODE);
 }
 
+/* read-target=auto on chosen latencies: twice the fastest read of the
+ * last second, not below 300 us nor the backend's floor.  The second's
+ * reads are answered, then the allowance is asked for a second later.
+ */
+static uint64_t
+auto_target (uint64_t floor_ns, uint64_t fastest_ns)
+{
+  struct read_feedback f = { 0 };
+
+  read_feedback_init (&f, READ_TARGET_AUTO, floor_ns);
+  read_feedback_arrive (&f, 1);
+  read_feedback_done (&f, fastest_ns);
+  read_feedback_arrive (&f, 2);
+  read_feedback_done (&f, 3 * fastest_ns);
+  read_feedback_allowance (&f, 2 * 1000 * TEST_MS);
+  return atomic_load (&f.effective_ns);
+}
+
+static void
+test_auto_target_rule (void)
+{
+  uint64_t disk = auto_target (0, 60000);           /* 60 us: the floor */
+  uint64_t remote = auto_target (0, 1200000);       /* 1.2 ms: twice it */
+  uint64_t rbd = auto_target (1250000, 250000);     /* the rbd floor */
+  uint64_t slow_rbd = auto_target (1250000, 5000000);
+
+  tap_ok (disk == 300000 && remote == 2400000 && rbd == 1250000
+          && slow_rbd == 10000000, "read-target=auto: %" PRIu64 " us on a"
+          " disk (300 us floor), %" PRIu64 " us on a 1.2 ms remote, %"
+          PRIu64 " us on a backend with a 1.25 ms floor, %" PRIu64 " us"
+          " capped%s", disk / 1000, remote / 1000, rbd / 1000,
+          slow_rbd / 1000, MODE);
+}
+
 /* One at a time, a stream never waits, even on a backend that queues
  * reads: nothing is added at depth 1.
  */
@@ -417,6 +451,7 @@ main (void)
     test_stream_reads_room,
     test_stream_reads_depth_one,
     test_read_depth_rule,
+    test_auto_target_rule,
   };
 
   test_sync_then_async (cases, sizeof cases / sizeof cases[0], &async_mode,

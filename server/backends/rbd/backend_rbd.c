@@ -403,6 +403,7 @@ set_limits (struct rbd_backend *rb)
   b->max_write = RBD_MAX_REQUEST;
   b->max_iov = 1024;
   b->max_in_flight = RBD_MAX_IN_FLIGHT;
+  b->read_target_floor_ns = RBD_READ_TARGET_FLOOR_NS;
   b->can_fast_zero = true;
   b->can_fua = true;             /* the write, or a flush after it */
   b->trim_reads_zero = false;
