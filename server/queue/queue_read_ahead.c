@@ -54,14 +54,17 @@ struct window_waiter {
   sem_t filled;
 };
 
+enum window_state { WINDOW_FILLING, WINDOW_FILLED, WINDOW_FAILED };
+
 struct read_ahead_window {
   uint64_t offset, end;
   uint64_t used;                /* the table's clock when last read */
   _Atomic unsigned refs;        /* the table's while listed, and one for
                                  * each reader holding it */
-  bool listed;                  /* in the table: no write overlapping it
-                                 * has been answered since it was opened */
-  bool filled, failed;          /* neither: being filled */
+  int slot;                     /* its place in the table, -1 once out of
+                                 * it (a write overlapping it was answered,
+                                 * it was read to its end or gave way) */
+  enum window_state state;
   struct window_waiter *waiters;
   unsigned char *data;
 };
@@ -85,15 +88,15 @@ window_put (struct read_ahead_window *w)
   }
 }
 
+/* Takes w, listed, out of the table, and drops the table's reference. */
 static void
-window_unlist (struct queue *q, int i)
+window_unlist (struct queue *q, struct read_ahead_window *w)
 {
   struct read_streams *rs = &q->read_streams;
-  struct read_ahead_window *w = rs->window[i];
 
   read_ahead_assert_locked (q);
-  rs->window[i] = NULL;
-  w->listed = false;
+  rs->window[w->slot] = NULL;
+  w->slot = -1;
   atomic_fetch_sub (&rs->windows_listed, 1);
   window_put (w);
 }
@@ -139,11 +142,12 @@ window_slot (struct queue *q)
 
     if (w == NULL)
       return i;
-    if (w->filled && (oldest == -1 || w->used < rs->window[oldest]->used))
+    if (w->state == WINDOW_FILLED
+        && (oldest == -1 || w->used < rs->window[oldest]->used))
       oldest = i;
   }
   if (oldest >= 0)
-    window_unlist (q, oldest);
+    window_unlist (q, rs->window[oldest]);
   return oldest;
 }
 
@@ -186,7 +190,8 @@ window_open (struct queue *q, uint64_t offset, uint64_t end)
   w->offset = offset;
   w->end = end;
   w->used = rs->clock;
-  w->listed = true;
+  w->slot = i;
+  w->state = WINDOW_FILLING;
   atomic_init (&w->refs, 2);
   rs->window[i] = w;
   /* Before the fill's snapshot of the queue (read_ahead_forget). */
@@ -258,11 +263,9 @@ window_fill (struct queue *q, struct read_ahead_window *w)
   atomic_fetch_add_explicit (&rs->ahead_bytes, window_length (w),
                              memory_order_relaxed);
   lock_acquire (&rs->lock);
-  w->filled = ok;
-  w->failed = !ok;
-  for (int i = 0; !ok && i < READ_AHEAD_WINDOWS; i++)
-    if (rs->window[i] == w)
-      window_unlist (q, i);
+  w->state = ok ? WINDOW_FILLED : WINDOW_FAILED;
+  if (!ok && w->slot >= 0)
+    window_unlist (q, w);
   waiter = w->waiters;
   w->waiters = NULL;
   lock_release (&rs->lock);
@@ -301,7 +304,7 @@ filled_window (struct queue *q, uint32_t count, uint64_t offset, bool stream)
 
   if (w) {
     atomic_fetch_add_explicit (&w->refs, 1, memory_order_relaxed);
-    if (!w->filled && !w->failed)
+    if (w->state == WINDOW_FILLING)
       window_wait (q, w);
   }
   else if (stream && (w = open_first (q, count, offset)) != NULL) {
@@ -309,7 +312,7 @@ filled_window (struct queue *q, uint32_t count, uint64_t offset, bool stream)
     window_fill (q, w);
     lock_acquire (&q->read_streams.lock);
   }
-  if (w && w->failed) {
+  if (w && w->state == WINDOW_FAILED) {
     window_put (w);
     return NULL;
   }
@@ -332,10 +335,8 @@ read_ahead_read (struct queue *q, void *buf, uint32_t count,
   }
   w->used = ++rs->clock;
   next = maybe_open_next (q, w, end);
-  if (end == w->end && w->listed)
-    for (int i = 0; i < READ_AHEAD_WINDOWS; i++)
-      if (rs->window[i] == w)
-        window_unlist (q, i);   /* read to its end */
+  if (end == w->end && w->slot >= 0)
+    window_unlist (q, w);       /* read to its end */
   lock_release (&rs->lock);
   memcpy (buf, w->data + (offset - w->offset), count);
   window_put (w);
@@ -362,7 +363,7 @@ read_ahead_forget (struct queue *q, uint64_t count, uint64_t offset)
     struct read_ahead_window *w = rs->window[i];
 
     if (w && w->offset < offset + count && offset < w->end)
-      window_unlist (q, i);
+      window_unlist (q, w);
   }
   lock_release (&rs->lock);
 }
@@ -373,6 +374,6 @@ read_ahead_forget_all (struct queue *q)
   lock_acquire (&q->read_streams.lock);
   for (int i = 0; i < READ_AHEAD_WINDOWS; i++)
     if (q->read_streams.window[i])
-      window_unlist (q, i);
+      window_unlist (q, q->read_streams.window[i]);
   lock_release (&q->read_streams.lock);
 }
