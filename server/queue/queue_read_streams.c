@@ -324,15 +324,17 @@ read_request (struct queue *q, void *buf, uint32_t count, uint64_t offset)
   uint64_t start = monotonic_ns (), latency;
   unsigned active = read_feedback_arrive (&q->elevator.reads, start);
   bool stream = q->read_streams.merging && continues_recent_read (q, offset);
-  bool waited = false;          /* or not read alone: says nothing of
-                                 * the backend's depth */
+  /* A read answered from a window, or that waited in a chain, says
+   * nothing of what a read alone costs the backend at this depth.
+   */
+  bool from_window = false, waited = false;
   int err;
 
   if (q->read_streams.merging)
     note_read_end (q, offset + count);
   if (may_read_ahead (q, stream)
       && read_ahead_read (q, buf, count, offset, stream)) {
-    waited = true;
+    from_window = true;
     err = 0;
   }
   else if (stream)
@@ -343,7 +345,7 @@ read_request (struct queue *q, void *buf, uint32_t count, uint64_t offset)
       : 0;
   }
   latency = monotonic_ns () - start;
-  if (q->read_streams.merging && !waited && err == 0)
+  if (q->read_streams.merging && !from_window && !waited && err == 0)
     read_depth_note (&q->read_streams.depth, active, latency);
   count_read (q, count, latency, err);
   return queue_answer (err);
