@@ -671,16 +671,15 @@ op_generator_stripes (struct op_generator *g, uint64_t stripe,
   g->stream_pos = row_start (g, 0);
 }
 
-/* The next write of the stream: the rest of its stripe half the time,
- * so that the next lane's stripe continues it, else a piece of it.  Half
- * are FUA: with ack=queued those are the writers that wait.
- */
-/* The stream's next piece of its stripe: written, but read in every
- * READ_ROW_EVERY'th row.  The lanes keep to one row (stream_begin_stripe),
- * so there they read neighbouring stripes at once, a lane's read
- * continues its neighbour's still on its way, and they merge
- * (merge_reads_at_any_depth) over the lanes' writes queued, in flight
- * and arriving.
+/* The stream's next piece of its stripe: the rest of it half the time,
+ * so that the next lane's stripe continues it, else a piece of it.  It
+ * is written (half of the writes FUA: with ack=queued those are the
+ * writers that wait), but read in every READ_ROW_EVERY'th row.  The
+ * lanes keep to one row (stream_begin_stripe), so there they read
+ * neighbouring stripes at once, a lane's read continues its neighbour's
+ * still on its way, and they merge (merge_reads_at_any_depth) or are
+ * answered from read-ahead windows, over the lanes' writes queued, in
+ * flight and arriving.
  */
 static void
 stream_write (struct op_generator *g, struct byte_source *src,
@@ -1389,9 +1388,10 @@ lanes_init (struct harness *h)
 /* A stream read waits to merge while READ_BUSY (8) other reads are
  * active, on a backend that queues reads: more lanes than the model has,
  * and a test backend whose reads the rule could judge either way.  Here
- * any other read active is enough, and the backend has shown that it
- * queues reads (a first read of 1 ns: the fastest never rises), so the
- * lanes' streams merge wherever they can.
+ * any other read active is enough, and a first read of 1 ns (the fastest
+ * never rises) makes the backend one that queues reads as soon as
+ * READ_DEPTH_KNOWN reads at depth are counted, so the lanes' streams
+ * merge wherever they can.
  */
 static void
 merge_reads_at_any_depth (struct queue *q)
