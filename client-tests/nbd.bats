@@ -184,10 +184,15 @@ EOF
   # read-ahead=off: the chains, not the read-ahead windows (next test).
   start_plugq read-ahead=off disk=a nbd="$(ruri a)" disk=b nbd="$(ruri b)" \
     stats="$T/stats.json" stats-interval=20ms
-  pyrun "$T/stats.json" <<'EOF'
+  # Under ASan the server itself is slow enough at depth 16 that b's reads
+  # take more than 1.5 times as long as alone, as plugq measures them, and
+  # the rule rightly merges them (two CI runs: 1 and 9 waited): there the
+  # "room for every read" side cannot be shown, only a's.
+  pyrun "$T/stats.json" "${PLUGQ_SANITIZED:-}" <<'EOF'
 import sys, nbd
 from nbdremote import *
 stats = sys.argv[1]
+sanitized = len(sys.argv) > 2 and sys.argv[2] != ""
 N, DEPTH = 256, 16
 data = pattern(7, N * 4096)
 
@@ -227,7 +232,7 @@ for disk in ("a", "b"):
 print("# at depth %d: reads waited, merged: a %s, b %s" % (DEPTH, got["a"], got["b"]))
 assert got["a"][0] > 0 and got["a"][1] > 0, \
     "a (one thread): reads at depth waited %d, merged %d" % got["a"]
-assert got["b"] == (0, 0), \
+assert sanitized or got["b"] == (0, 0), \
     "b (room for every read): reads at depth waited %d, merged %d" % got["b"]
 EOF
 }
