@@ -23,7 +23,10 @@
 #              cache=none (nbdkit 1.32's file plugin has no O_DIRECT: its
 #              cache=none is posix_fadvise(DONTNEED) after each request);
 #              ceiling: fio's libaio engine straight on the file, O_DIRECT
-#              (64 KiB sequential QD16, 4 KiB random QD16)
+#              (64 KiB sequential QD16, 4 KiB random QD16); and for the
+#              random reads, bench/nbdkit-bare-direct-plugin.so, an nbdkit
+#              plugin that does nothing but O_DIRECT preads (what nbdkit's
+#              thread per request allows any plugin on this disk)
 #   pagecache  the same file, synced and wholly in the page cache before
 #              every run: plugq file= against nbdkit file and qemu-nbd
 #              --cache=writeback
@@ -122,7 +125,7 @@ declare -A GROUP_BACKEND=([direct]=disk-direct [pagecache]=disk [remote]=remote
 # with no server (fio-direct, remote-alone, rbd-bench) run only the
 # workloads group_servers lists for them.
 declare -A GROUP_SERVERS=(
-  [direct]="plugq qemu-nbd-native nbdkit-file-nocache fio-direct"
+  [direct]="plugq qemu-nbd-native nbdkit-file-nocache fio-direct nbdkit-bare-direct"
   [pagecache]="plugq nbdkit-file qemu-nbd"
   [remote]="plugq nbdkit-nbd remote-alone"
   [rbd]="plugq qemu-nbd rbd-bench"
@@ -145,6 +148,8 @@ group_servers() {
   for s in ${GROUP_SERVERS[$1]}; do
     case $s:$2 in
       fio-direct:seqr64k-qd16|fio-direct:randr4k-qd16) ;;
+      nbdkit-bare-direct:randr4k-qd16|nbdkit-bare-direct:randr4k-qd1) ;;
+      nbdkit-bare-direct:*) continue ;;
       remote-alone:seqr64k-qd16|remote-alone:seqw4k-qd16-nbdbench) ;;
       rbd-bench:seqr64k-qd16) ;;
       fio-direct:*|remote-alone:*|rbd-bench:*) continue ;;

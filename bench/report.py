@@ -720,6 +720,7 @@ READS_LABELS = {
     ("direct", "qemu-nbd-native"): "qemu-nbd cache=none aio=native",
     ("direct", "nbdkit-file-nocache"): "nbdkit file cache=none (not O_DIRECT)",
     ("direct", "fio-direct"): "fio libaio O_DIRECT (no server)",
+    ("direct", "nbdkit-bare-direct"): "nbdkit plugin doing only O_DIRECT pread",
     ("pagecache", "plugq"): "plugq file=",
     ("pagecache", "nbdkit-file"): "nbdkit file",
     ("pagecache", "qemu-nbd"): "qemu-nbd cache=writeback",
@@ -737,7 +738,8 @@ READS_LABELS = {
 }
 # Server order in the tables: plugq first, its reference second.
 READS_SERVERS = {
-    "direct": ["plugq", "qemu-nbd-native", "nbdkit-file-nocache", "fio-direct", "plugq-base"],
+    "direct": ["plugq", "qemu-nbd-native", "nbdkit-file-nocache", "fio-direct",
+               "nbdkit-bare-direct", "plugq-base"],
     "pagecache": ["plugq", "nbdkit-file", "qemu-nbd", "plugq-base"],
     "remote": ["plugq", "nbdkit-nbd", "remote-alone", "plugq-base"],
     "rbd": ["plugq", "qemu-nbd", "rbd-bench", "plugq-base"],
@@ -874,6 +876,8 @@ def reads_ceiling_table(cells):
             {r: 16 * x for r, x in v.items()})
     add("direct=true file: fio libaio O_DIRECT, 4K random reads QD16, reads/s",
         reads_values(cells, "direct", "fio-direct", "randr4k-qd16", iops))
+    add("direct=true file: an nbdkit plugin doing only O_DIRECT pread, 4K random reads QD16, reads/s",
+        reads_values(cells, "direct", "nbdkit-bare-direct", "randr4k-qd16", iops))
     add(f"remote with the S16 latency: nbdbench straight on it, 4K sequential writes QD16, writes/s",
         reads_values(cells, "s16", "remote-alone", "seqw4k-qd16-nbdbench", iops))
     return table(["ceiling (same run)", "median (min–max)"], rows) if rows else None
@@ -930,8 +934,10 @@ def reads_targets(cells, meta):
                 "the smaller of plugq memory= 4K QD16 and 16 x rbd bench's 64K reads/s", None))
     out.append(("4K random reads QD16 on direct=true ≥ 1.0x qemu-nbd",
                 v("direct", "plugq", "randr4k-qd16"), v("direct", "qemu-nbd-native", "randr4k-qd16"),
-                1.0, ">=", reads_min(server_limit, v("direct", "fio-direct", "randr4k-qd16")),
-                "the smaller of plugq memory= 4K QD16 and fio O_DIRECT 4K random QD16", None))
+                1.0, ">=", reads_min(server_limit, v("direct", "fio-direct", "randr4k-qd16"),
+                                     v("direct", "nbdkit-bare-direct", "randr4k-qd16")),
+                "the smallest of plugq memory= 4K QD16, fio O_DIRECT 4K random QD16 and an "
+                "nbdkit plugin doing only O_DIRECT pread", None))
     out.append(("idle QD1 random read p50 on direct=true ≤ 1.05x the build before (BASE_PLUGIN)",
                 v("direct", "plugq", "randr4k-qd1", lambda r: r.get("lat_us_p50")),
                 v("direct", "plugq-base", "randr4k-qd1", lambda r: r.get("lat_us_p50")),

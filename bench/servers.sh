@@ -17,6 +17,9 @@
 #          user serving an O_DIRECT disk would); nbdkit-file-nocache
 #          (disk-direct: nbdkit file cache=none, which in nbdkit 1.32 is
 #          not O_DIRECT but posix_fadvise(DONTNEED) after each request);
+#          nbdkit-bare-direct (disk-direct: bench/nbdkit-bare-direct-plugin.so,
+#          read-only, nothing but an O_DIRECT pread per request: the most an
+#          nbdkit 1.32 plugin reads from this disk);
 #          plugq-base (plugq with BASE_PLUGIN: an older build, same keys)
 # BACKEND: disk (file on $WORK, page cache), disk-direct (same file with
 #          O_DIRECT), shm (file on /dev/shm), memory (RAM inside the server),
@@ -63,6 +66,7 @@ server_supports() {
     nbd-server:disk|nbd-server:shm) ;;
     qemu-nbd:disk|qemu-nbd:disk-direct|qemu-nbd:shm) ;;
     qemu-nbd-native:disk-direct|nbdkit-file-nocache:disk-direct) ;;
+    nbdkit-bare-direct:disk-direct) [ -f "$BENCH_SRC/nbdkit-bare-direct-plugin.so" ] ;;
     plugq*:rbd|qemu-nbd:rbd) ;;
     *) return 1 ;;
   esac
@@ -206,7 +210,7 @@ set_uris() {
   for ((i = 0; i < n; i++)); do
     case $name in
       plugq*) ename=d$i ;;
-      nbdkit-memory|nbdkit-file-cachewb|nbdkit-null|nbdkit-nbd|nbdkit-file-nocache) ename='' ;;
+      nbdkit-memory|nbdkit-file-cachewb|nbdkit-null|nbdkit-nbd|nbdkit-file-nocache|nbdkit-bare-direct) ename='' ;;
       nbdkit-file) [ "$n" -gt 1 ] && ename=disk$i.img || ename='' ;;
       *) ename=disk$i.img ;;
     esac
@@ -239,6 +243,8 @@ start_server() {
       TMPDIR=$WORK start_nbdkit --filter=cache file "$(backing_path disk 0)" cache=writeback ;;
     nbd-server) start_nbd_server "$backend" "$n" ;;
     nbdkit-file-nocache) start_nbdkit file "$(backing_path disk 0)" cache=none ;;
+    nbdkit-bare-direct)
+      start_nbdkit "$BENCH_SRC/nbdkit-bare-direct-plugin.so" file="$(backing_path disk 0)" ;;
     qemu-nbd) start_qemu_nbd "$backend" ;;
     qemu-nbd-native) start_qemu_nbd "$backend" native ;;
   esac || { log "could not start $name on $backend (see $RUNDIR/server.log)"; stop_server; return 1; }
