@@ -260,8 +260,9 @@ window_fill (struct queue *q, struct read_ahead_window *w)
 
   atomic_fetch_add_explicit (&q->reads.backend_ops, 1, memory_order_relaxed);
   ok = read_overlaid (q, w->data, window_length (w), w->offset) == 0;
-  atomic_fetch_add_explicit (&rs->ahead_bytes, window_length (w),
-                             memory_order_relaxed);
+  if (ok)                       /* read_ahead_bytes: what windows hold */
+    atomic_fetch_add_explicit (&rs->ahead_bytes, window_length (w),
+                               memory_order_relaxed);
   lock_acquire (&rs->lock);
   w->state = ok ? WINDOW_FILLED : WINDOW_FAILED;
   if (!ok && w->slot >= 0)

@@ -117,6 +117,22 @@ read_run (struct queue *q, const struct run *run)
   return true;
 }
 
+/* Bytes of the backend reads larger than count: the window fills,
+ * since the client's reads are count bytes each.
+ */
+static uint64_t
+fill_bytes (struct test_backend *tb, uint64_t count)
+{
+  static struct tb_call calls[MAX_CALLS];
+  size_t n = test_backend_calls (tb, TB_PREAD, calls, MAX_CALLS);
+  uint64_t bytes = 0;
+
+  for (size_t i = 0; i < n && i < MAX_CALLS; i++)
+    if (calls[i].count > count)
+      bytes += calls[i].count;
+  return bytes;
+}
+
 static uint64_t
 largest_read (struct test_backend *tb, size_t *n)
 {
@@ -336,11 +352,15 @@ test_failed_fill (void)
   ok = ok && read_run (r.d[0].q, &rest);
   if (ok)
     st = test_stats (r.d[0].q);
+  /* The failed fill was the stream's first window, four reads long. */
   ok = ok && CHECK (test_backend_failed (r.d[0].tb, TB_PREAD) == 1)
-    && CHECK (st.op[OP_READ].errors == 0) && CHECK (st.read_ahead_hits > 0);
+    && CHECK (st.op[OP_READ].errors == 0) && CHECK (st.read_ahead_hits > 0)
+    && CHECK (st.read_ahead_bytes
+              == fill_bytes (r.d[0].tb, 4 * KiB) - 16 * KiB);
   test_rig_stop (&r);
   tap_ok (ok, "a failed window fill leaves the read to the ordinary way"
-          " (no error), and the stream reads ahead again%s", MODE);
+          " (no error), is not counted in read_ahead_bytes, and the stream"
+          " reads ahead again%s", MODE);
 }
 
 /* A stream up to the disk's last byte: no window past it (the contract
