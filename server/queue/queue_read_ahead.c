@@ -166,7 +166,8 @@ window_end (const struct queue *q, uint64_t offset, uint64_t length)
 
 /* Lists a window [offset, end) for the caller to fill, who holds the
  * reference returned besides the table's.  NULL when the table has no
- * slot or memory is short.
+ * slot or memory is short.  Its buffer comes with the fill, outside the
+ * stream lock: up to read-ahead= bytes may be a fresh mapping.
  */
 static struct read_ahead_window *
 window_open (struct queue *q, uint64_t offset, uint64_t end)
@@ -179,14 +180,8 @@ window_open (struct queue *q, uint64_t offset, uint64_t end)
   i = window_slot (q);
   if (i == -1)
     return NULL;
-  w = calloc (1, sizeof *w);
-  if (w)
-    w->data = alloc_aligned (end - offset,
-                             MAX (q->backend->buffer_align, 64u));
-  if (w == NULL || w->data == NULL) {
-    free (w);
+  if ((w = calloc (1, sizeof *w)) == NULL)
     return NULL;
-  }
   w->offset = offset;
   w->end = end;
   w->used = rs->clock;
@@ -249,7 +244,8 @@ maybe_open_next (struct queue *q, const struct read_ahead_window *w,
 }
 
 /* Fills w, opened by the caller, and wakes the reads waiting for it.
- * Takes and drops the stream lock.
+ * Called without the stream lock; takes and drops it.  No one reads
+ * w->data before w is WINDOW_FILLED.
  */
 static void
 window_fill (struct queue *q, struct read_ahead_window *w)
@@ -258,8 +254,14 @@ window_fill (struct queue *q, struct read_ahead_window *w)
   struct window_waiter *waiter, *next;
   bool ok;
 
-  atomic_fetch_add_explicit (&q->reads.backend_ops, 1, memory_order_relaxed);
-  ok = read_overlaid (q, w->data, window_length (w), w->offset) == 0;
+  w->data = alloc_aligned (window_length (w),
+                           MAX (q->backend->buffer_align, 64u));
+  ok = w->data != NULL;
+  if (ok) {
+    atomic_fetch_add_explicit (&q->reads.backend_ops, 1,
+                               memory_order_relaxed);
+    ok = read_overlaid (q, w->data, window_length (w), w->offset) == 0;
+  }
   if (ok)                       /* read_ahead_bytes: what windows hold */
     atomic_fetch_add_explicit (&rs->ahead_bytes, window_length (w),
                                memory_order_relaxed);
