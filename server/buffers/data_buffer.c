@@ -60,21 +60,49 @@ buffer_release (struct data_buffer *b)
 }
 
 void
-data_buffer_spares_init (struct data_buffer_spares *s)
+data_buffer_spares_init_sized (struct data_buffer_spares *s,
+                               uint32_t capacity, unsigned limit)
 {
   spare_ring_init (&s->ring);
+  s->capacity = capacity;
+  s->limit = limit < SPARE_RING_CELLS ? limit : SPARE_RING_CELLS;
+  atomic_init (&s->kept, 0);
+}
+
+void
+data_buffer_spares_init (struct data_buffer_spares *s)
+{
+  data_buffer_spares_init_sized (s, DATA_BUFFER_SMALL, SPARE_RING_CELLS);
+}
+
+/* Whether the ring alone bounds s: then kept is not counted. */
+static bool
+bounded_by_ring (const struct data_buffer_spares *s)
+{
+  return s->limit == SPARE_RING_CELLS;
 }
 
 static struct data_buffer *
 spare_take (struct data_buffer_spares *s)
 {
-  return spare_ring_take (&s->ring);
+  struct data_buffer *b = spare_ring_take (&s->ring);
+
+  if (b && !bounded_by_ring (s))
+    atomic_fetch_sub_explicit (&s->kept, 1, memory_order_relaxed);
+  return b;
 }
 
 static bool
 spare_park (struct data_buffer_spares *s, struct data_buffer *b)
 {
-  return spare_ring_park (&s->ring, b);
+  if (bounded_by_ring (s))
+    return spare_ring_park (&s->ring, b);
+  if (atomic_fetch_add_explicit (&s->kept, 1, memory_order_relaxed)
+      >= s->limit || !spare_ring_park (&s->ring, b)) {
+    atomic_fetch_sub_explicit (&s->kept, 1, memory_order_relaxed);
+    return false;
+  }
+  return true;
 }
 
 /* b, holding a copy of src and one reference. */
@@ -126,15 +154,25 @@ data_buffer_new (const void *src, uint32_t size, uint32_t align,
 
 struct data_buffer *
 data_buffer_new_room (const void *src, uint32_t size, uint32_t room,
-                      uint32_t align, struct buffer_pool *pool)
+                      uint32_t align, struct buffer_pool *pool,
+                      struct data_buffer_spares *spares)
 {
   struct data_buffer *b;
 
   if (room < size)
     room = size;
-  if ((b = buffer_alloc (room, align, pool)) == NULL)
+  /* A spare keeps its data's alignment, and a mapping from the pool
+   * goes back to it when the spare is freed.
+   */
+  if (spares == NULL || room > spares->capacity) {
+    if ((b = buffer_alloc (room, align, pool)) == NULL)
+      return NULL;
+    return buffer_fill (b, src, size, room, NULL);
+  }
+  if ((b = spare_take (spares)) == NULL
+      && (b = buffer_alloc (spares->capacity, align, pool)) == NULL)
     return NULL;
-  return buffer_fill (b, src, size, room, NULL);
+  return buffer_fill (b, src, size, room, spares);
 }
 
 void

@@ -31,15 +31,24 @@ struct data_buffer;
 /* Writes of up to DATA_BUFFER_SMALL bytes get a buffer of exactly that
  * room, and a disk keeps up to SPARE_RING_CELLS freed ones for its next
  * writes in a lock-free ring: a stream of small writes then allocates
- * nothing.
+ * nothing.  A disk may keep a second, smaller set of the larger buffers
+ * sequential writes are appended to (data_buffer_new_room): those come
+ * and go every few writes of a stream, a malloc and a free each time.
  */
 #define DATA_BUFFER_SMALL 4096
 
 struct data_buffer_spares {
   struct spare_ring ring;
+  uint32_t capacity;            /* data bytes of every buffer kept */
+  unsigned limit;               /* most kept at once */
+  _Atomic unsigned kept;        /* counted only below SPARE_RING_CELLS */
 };
 
+/* Spares of DATA_BUFFER_SMALL bytes, up to SPARE_RING_CELLS of them. */
 void data_buffer_spares_init (struct data_buffer_spares *);
+/* Spares of capacity bytes, up to limit (at most SPARE_RING_CELLS). */
+void data_buffer_spares_init_sized (struct data_buffer_spares *,
+                                    uint32_t capacity, unsigned limit);
 
 struct data_buffer {
   _Atomic uint32_t refs;
@@ -64,11 +73,14 @@ struct data_buffer *data_buffer_new (const void *src, uint32_t size,
                                      struct data_buffer_spares *spares);
 /* A copy of src with room for `room` bytes in all (at least size), for
  * data_buffer_append to add to; aligned and from pool as for
- * data_buffer_new, never a spare.
+ * data_buffer_new.  Buffers whose room fits spares' capacity come from
+ * and go back to spares (NULL: none kept), which a disk uses with one
+ * align and pool only.
  */
 struct data_buffer *data_buffer_new_room (const void *src, uint32_t size,
                                           uint32_t room, uint32_t align,
-                                          struct buffer_pool *pool);
+                                          struct buffer_pool *pool,
+                                          struct data_buffer_spares *spares);
 /* b, set up as a buffer lent from src: no copy, no room to append (so
  * never written), and one reference, whose last holder posts released.
  * The lender keeps b and src until then.

@@ -93,6 +93,8 @@ queue_init_fields (struct queue *q, struct backend *backend,
   TAILQ_INIT (&q->batches_in_flight);
   TAILQ_INIT (&q->spare_pieces);
   data_buffer_spares_init (&q->spare_buffers);
+  data_buffer_spares_init_sized (&q->stream_buffers, STREAM_ROOM_MOST,
+                                 STREAM_SPARES);
   q->max_holders = !backend_is_async (backend) && backend->max_writers > 1
     ? backend->max_writers : 1;
   q->max_in_flight = backend_is_async (backend) && backend->max_in_flight > 1
@@ -115,6 +117,7 @@ queue_destroy (struct queue *q)
 {
   batches_free (q);
   data_buffer_spares_free (&q->spare_buffers);
+  data_buffer_spares_free (&q->stream_buffers);
   buffer_pool_free (q->buffers);
   lock_destroy (&q->lock);
   lock_destroy (&q->read_streams.lock);
@@ -574,7 +577,7 @@ write_request (struct queue *q, struct session *s, const void *buf,
   room = stream_room (q, count, offset, flags);
   r.buf = room
     ? data_buffer_new_room (buf, count, room, q->backend->buffer_align,
-                            q->buffers)
+                            q->buffers, &q->stream_buffers)
     : data_buffer_new (buf, count, q->backend->buffer_align, q->buffers,
                        &q->spare_buffers);
   if (r.buf == NULL) {

@@ -255,6 +255,7 @@ struct queue {
   uint64_t spares_look_ns;      /* the next look at buffers, or 0
                                  * (queue_spares.c) */
   struct data_buffer_spares spare_buffers; /* lock-free */
+  struct data_buffer_spares stream_buffers; /* lock-free */
 
   struct lock lock;
   pthread_cond_t dispatch_wake; /* the dispatch thread sleeps here */
@@ -464,6 +465,15 @@ int read_request (struct queue *, void *buf, uint32_t count,
 /* queue_stream.c */
 void note_write_end (struct queue *, uint64_t end);
 bool continues_recent_write (const struct queue *, uint64_t offset);
+/* The grain a stream's buffer ends on (stream_room), and the most room
+ * it gives one: less than a grain and a half.
+ */
+#define STREAM_ROOM (UINT64_C (64) * 1024)
+#define STREAM_ROOM_MOST (STREAM_ROOM * 3 / 2)
+/* Freed stream buffers a disk keeps for the next ones: a stream frees a
+ * few with every batch written, and allocates as many.
+ */
+#define STREAM_SPARES 8
 uint32_t stream_room (const struct queue *, uint32_t count, uint64_t offset,
                       unsigned flags);
 bool append_may_fit (const struct queue *, uint64_t offset, unsigned flags);

@@ -93,9 +93,6 @@ continues_recent_write (const struct queue *q, uint64_t offset)
 
 /* ------------------------------------------------------------ appending */
 
-/* The most room a stream's buffer gets. */
-#define STREAM_ROOM (UINT64_C (64) * 1024)
-
 static bool
 appends_allowed (const struct queue *q, unsigned flags)
 {

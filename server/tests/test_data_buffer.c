@@ -12,7 +12,7 @@
 #include "buffers/data_buffer.h"
 #include "tap.h"
 
-#define CASES 5
+#define CASES 7
 #define THREADS 4
 #define ROUNDS 20000
 
@@ -89,6 +89,84 @@ test_ring_bounded (void)
           SPARE_RING_CELLS, reused);
 }
 
+/* Buffers with room to append to come back for the next one with room,
+ * up to the limit; one of more room than the spares hold is not kept.
+ */
+static void
+test_room_buffers_kept (void)
+{
+  enum { LIMIT = 3, CAPACITY = 96 * 1024 };
+  struct data_buffer_spares rooms;
+  struct data_buffer *v[LIMIT + 1] = { 0 }, *w[LIMIT + 1] = { 0 }, *big = NULL;
+  char c[4096];
+  size_t reused = 0;
+  bool ok = true;
+
+  memset (c, 'r', sizeof c);
+  data_buffer_spares_init_sized (&rooms, CAPACITY, LIMIT);
+  for (size_t i = 0; ok && i <= LIMIT; i++)
+    ok = CHECK ((v[i] = data_buffer_new_room (c, sizeof c, 64 * 1024, 1,
+                                              NULL, &rooms)) != NULL);
+  for (size_t i = 0; ok && i <= LIMIT; i++)
+    data_buffer_put (v[i]);     /* the last finds the limit reached */
+  ok = ok && CHECK (atomic_load (&rooms.kept) == LIMIT);
+  for (size_t i = 0; ok && i <= LIMIT; i++) {
+    ok = CHECK ((w[i] = data_buffer_new_room (c, 100, 32 * 1024, 1, NULL,
+                                              &rooms)) != NULL)
+      && CHECK (w[i]->room == 32 * 1024) && CHECK (w[i]->size == 100)
+      && CHECK (data_buffer_fits (w[i], 32 * 1024 - 100))
+      && CHECK (!data_buffer_fits (w[i], 32 * 1024 - 99));
+    for (size_t j = 0; ok && i < LIMIT && j <= LIMIT; j++)
+      reused += w[i] == v[j];
+  }
+  ok = ok && CHECK (atomic_load (&rooms.kept) == 0);
+  if (ok) {
+    data_buffer_append (w[0], c, sizeof c);
+    ok = CHECK (memcmp (w[0]->data + 100, c, sizeof c) == 0);
+  }
+  for (size_t i = 0; i <= LIMIT; i++)
+    data_buffer_put (w[i]);
+  ok = ok && CHECK ((big = data_buffer_new_room (c, sizeof c, CAPACITY + 1,
+                                                 1, NULL, &rooms)) != NULL)
+    && CHECK (big->spares == NULL);
+  data_buffer_put (big);
+  data_buffer_spares_free (&rooms);
+  tap_ok (ok && reused == LIMIT,
+          "buffers with room are kept for the next, %d at most (%zu reused),"
+          " with the room asked for; larger ones are not kept", LIMIT,
+          reused);
+}
+
+/* On a disk whose buffers are aligned (O_DIRECT), a kept buffer with
+ * room is still aligned and its mapping goes back to the pool at the end.
+ */
+static void
+test_aligned_room_buffers_kept (void)
+{
+  enum { ALIGN = 4096, CAPACITY = 96 * 1024 };
+  struct buffer_pool *pool = buffer_pool_new (1024 * 1024);
+  struct data_buffer_spares rooms;
+  struct data_buffer *x = NULL, *y = NULL;
+  char c[ALIGN];
+  bool ok = CHECK (pool != NULL);
+
+  memset (c, 'a', sizeof c);
+  data_buffer_spares_init_sized (&rooms, CAPACITY, 2);
+  ok = ok && CHECK ((x = data_buffer_new_room (c, sizeof c, 64 * 1024,
+                                               ALIGN, pool, &rooms)) != NULL)
+    && CHECK ((uintptr_t) x->data % ALIGN == 0);
+  data_buffer_put (x);
+  ok = ok && CHECK ((y = data_buffer_new_room (c, sizeof c, 48 * 1024,
+                                               ALIGN, pool, &rooms)) != NULL)
+    && CHECK (y == x) && CHECK ((uintptr_t) y->data % ALIGN == 0)
+    && CHECK (y->room == 48 * 1024)
+    && CHECK (memcmp (y->data, c, sizeof c) == 0);
+  data_buffer_put (y);
+  data_buffer_spares_free (&rooms);
+  buffer_pool_free (pool);
+  tap_ok (ok, "an aligned buffer with room is kept aligned for the next");
+}
+
 static void
 test_large_not_kept (void)
 {
@@ -163,6 +241,8 @@ main (void)
   test_small_buffer_reused ();
   test_references ();
   test_ring_bounded ();
+  test_room_buffers_kept ();
+  test_aligned_room_buffers_kept ();
   test_large_not_kept ();
   test_threads ();
   return tap_done ();
