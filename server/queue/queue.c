@@ -554,8 +554,11 @@ worth_asking_to_go_around (const struct queue *q, uint32_t count,
     && (q->bypass_waiting || (q->bypass_large && count >= q->merge_limit));
 }
 
-/* queue_pwrite, once the range is checked. */
-static int
+/* queue_pwrite, once the range is checked.  Inlined there: a call of
+ * its own cost a bypassed 4 KiB write about a fortieth of its
+ * instructions (docs/benchmarks-quick.md, W1).
+ */
+static inline __attribute__ ((always_inline)) int
 write_request (struct queue *q, struct session *s, const void *buf,
                uint32_t count, uint64_t offset, unsigned flags)
 {
@@ -590,14 +593,16 @@ write_request (struct queue *q, struct session *s, const void *buf,
 /* Every write, zero and trim, once it is in the queue or the backend:
  * no read-ahead window may answer from before it (queue_read_ahead.c).
  */
-static int
+static inline int
 forget_read_ahead (struct queue *q, uint64_t count, uint64_t offset,
                    int answer)
 {
-  int saved = errno;
+  if (read_ahead_windows_listed (q)) {
+    int saved = errno;          /* answer's, if it failed */
 
-  read_ahead_forget (q, count, offset);
-  errno = saved;
+    read_ahead_forget (q, count, offset);
+    errno = saved;
+  }
   return answer;
 }
 

@@ -455,6 +455,15 @@ bool read_ahead_read (struct queue *, void *buf, uint32_t count,
                       uint64_t offset, bool stream);
 void read_ahead_forget (struct queue *, uint64_t count, uint64_t offset);
 void read_ahead_forget_all (struct queue *);
+/* Whether a window may be listed, for a writer to skip read_ahead_forget
+ * without a call.  Sequentially consistent with window_open's count:
+ * either the writer sees the window, or the window's fill sees the write.
+ */
+static inline bool
+read_ahead_windows_listed (struct queue *q)
+{
+  return atomic_load (&q->read_streams.windows_listed) > 0;
+}
 
 /* queue_read_streams.c: a read request, at once or merged behind a
  * busy stream, counted; 0 or -1 with errno.

@@ -356,10 +356,7 @@ read_ahead_forget (struct queue *q, uint64_t count, uint64_t offset)
 {
   struct read_streams *rs = &q->read_streams;
 
-  /* Sequentially consistent with window_open's increment: either this
-   * sees the window, or the window's fill sees the write.
-   */
-  if (atomic_load (&rs->windows_listed) == 0)
+  if (!read_ahead_windows_listed (q))
     return;
   lock_acquire (&rs->lock);
   for (int i = 0; i < READ_AHEAD_WINDOWS; i++) {
