@@ -63,10 +63,8 @@ void
 data_buffer_spares_init_sized (struct data_buffer_spares *s,
                                uint32_t capacity, unsigned limit)
 {
-  spare_ring_init (&s->ring);
+  spare_ring_init_cells (&s->ring, limit);
   s->capacity = capacity;
-  s->limit = limit < SPARE_RING_CELLS ? limit : SPARE_RING_CELLS;
-  atomic_init (&s->kept, 0);
 }
 
 void
@@ -75,34 +73,16 @@ data_buffer_spares_init (struct data_buffer_spares *s)
   data_buffer_spares_init_sized (s, DATA_BUFFER_SMALL, SPARE_RING_CELLS);
 }
 
-/* Whether the ring alone bounds s: then kept is not counted. */
-static bool
-bounded_by_ring (const struct data_buffer_spares *s)
-{
-  return s->limit == SPARE_RING_CELLS;
-}
-
 static struct data_buffer *
 spare_take (struct data_buffer_spares *s)
 {
-  struct data_buffer *b = spare_ring_take (&s->ring);
-
-  if (b && !bounded_by_ring (s))
-    atomic_fetch_sub_explicit (&s->kept, 1, memory_order_relaxed);
-  return b;
+  return spare_ring_take (&s->ring);
 }
 
 static bool
 spare_park (struct data_buffer_spares *s, struct data_buffer *b)
 {
-  if (bounded_by_ring (s))
-    return spare_ring_park (&s->ring, b);
-  if (atomic_fetch_add_explicit (&s->kept, 1, memory_order_relaxed)
-      >= s->limit || !spare_ring_park (&s->ring, b)) {
-    atomic_fetch_sub_explicit (&s->kept, 1, memory_order_relaxed);
-    return false;
-  }
-  return true;
+  return spare_ring_park (&s->ring, b);
 }
 
 /* b, holding a copy of src and one reference. */

@@ -38,15 +38,15 @@ struct data_buffer;
 #define DATA_BUFFER_SMALL 4096
 
 struct data_buffer_spares {
-  struct spare_ring ring;
+  struct spare_ring ring;       /* its size bounds how many are kept */
   uint32_t capacity;            /* data bytes of every buffer kept */
-  unsigned limit;               /* most kept at once */
-  _Atomic unsigned kept;        /* counted only below SPARE_RING_CELLS */
 };
 
 /* Spares of DATA_BUFFER_SMALL bytes, up to SPARE_RING_CELLS of them. */
 void data_buffer_spares_init (struct data_buffer_spares *);
-/* Spares of capacity bytes, up to limit (at most SPARE_RING_CELLS). */
+/* Spares of capacity bytes, up to limit (a power of 2, at most
+ * SPARE_RING_CELLS).
+ */
 void data_buffer_spares_init_sized (struct data_buffer_spares *,
                                     uint32_t capacity, unsigned limit);
 

@@ -12,7 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define SPARE_RING_CELLS 64     /* a power of 2 */
+#define SPARE_RING_CELLS 64     /* the most a ring holds, a power of 2 */
 
 struct spare_ring_cell {
   _Atomic size_t seq;
@@ -21,11 +21,17 @@ struct spare_ring_cell {
 
 struct spare_ring {
   struct spare_ring_cell cell[SPARE_RING_CELLS];
+  size_t cells;                 /* in use: a power of 2, the ring's bound */
   _Atomic size_t head;          /* next cell to take */
   _Atomic size_t tail;          /* next cell to fill */
 };
 
+/* A ring of SPARE_RING_CELLS. */
 void spare_ring_init (struct spare_ring *);
+/* A ring that holds at most cells (a power of 2, 1 to SPARE_RING_CELLS). */
+void spare_ring_init_cells (struct spare_ring *, size_t cells);
+/* The spares parked: exact while no thread parks or takes one. */
+size_t spare_ring_count (struct spare_ring *);
 /* A spare, or NULL when there is none. */
 void *spare_ring_take (struct spare_ring *);
 /* Parks p; false when the ring is full (p is still the caller's). */
