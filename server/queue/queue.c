@@ -554,9 +554,9 @@ worth_asking_to_go_around (const struct queue *q, uint32_t count,
     && (q->bypass_waiting || (q->bypass_large && count >= q->merge_limit));
 }
 
-/* queue_pwrite, once the range is checked.  Inlined there: a call of
- * its own cost a bypassed 4 KiB write about a fortieth of its
- * instructions (docs/benchmarks-quick.md, W1).
+/* queue_pwrite, once the range is checked.  Inlined there: a bypassed
+ * small write is only a few calls deep, and one more call showed in its
+ * instructions per request (the cost bench's W1).
  */
 static inline __attribute__ ((always_inline)) int
 write_request (struct queue *q, struct session *s, const void *buf,

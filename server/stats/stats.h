@@ -86,7 +86,8 @@ struct queue_stats {
                                  * to go out merged */
   uint64_t read_ahead_hits;     /* reads answered from a read-ahead
                                  * window, without a backend read */
-  uint64_t read_ahead_bytes;    /* bytes read ahead (window fills that succeeded) */
+  uint64_t read_ahead_bytes;    /* bytes read ahead (window fills that
+                                 * succeeded) */
   uint64_t writes_held;         /* write dispatches held back while reads
                                  * competed (read-target) */
   uint64_t read_target_ns;      /* now: the read target in force (with

@@ -31,11 +31,9 @@
 
 /* read-target=auto's floor on an RBD image.  A read crosses the network
  * to an OSD whose queue holds our own writes, so reads vary far more than
- * the fastest one says: at twice the fastest (300-500 us on the test
- * cluster) most missed, writes were held to the elevator's smallest
- * allowance, and 64 KiB writes beside 4 KiB reads ran at 0.42x qemu-nbd's
- * (reads 3.7x).  docs/tuning.md has the sweep: 1.25 ms kept reads at 1.75x
- * and their p99 at 0.83x with writes at 1.04x.
+ * the fastest one says: at twice the fastest most reads miss, and writes
+ * sit at the elevator's smallest allowance.  The value is the sweep's in
+ * docs/tuning.md ("read-target=auto, and its floor on RBD").
  */
 #define RBD_READ_TARGET_FLOOR_NS (1250 * 1000ull)
 
