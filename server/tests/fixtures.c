@@ -358,22 +358,40 @@ test_queue_reads_as (struct queue *q, int c, uint64_t count,
   return test_reads_as (read_queue, q, c, count, offset, "queue read");
 }
 
+struct test_mode {
+  unsigned async, writers;
+};
+
+/* Every case in each of modes[0..nr_modes); *async and *writers (writers
+ * may be NULL when every mode has 0 writers) are 0 after.
+ */
+static void
+run_modes (void (*const *cases) (void), size_t n, unsigned *async,
+           unsigned *writers, const struct test_mode *modes,
+           size_t nr_modes)
+{
+  for (size_t m = 0; m < nr_modes; m++) {
+    *async = modes[m].async;
+    if (writers)
+      *writers = modes[m].writers;
+    for (size_t i = 0; i < n; i++)
+      cases[i] ();
+  }
+  *async = 0;
+  if (writers)
+    *writers = 0;
+}
+
 void
 test_each_mode (void (*const *cases) (void), size_t n,
                 unsigned *async, unsigned *writers,
                 unsigned async_n, unsigned writers_n)
 {
-  const struct { unsigned async, writers; } modes[] = {
+  const struct test_mode modes[] = {
     { 0, 0 }, { async_n, 0 }, { 0, writers_n },
   };
 
-  for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
-    *async = modes[m].async;
-    *writers = modes[m].writers;
-    for (size_t i = 0; i < n; i++)
-      cases[i] ();
-  }
-  *async = *writers = 0;
+  run_modes (cases, n, async, writers, modes, sizeof modes / sizeof modes[0]);
 }
 
 void
@@ -389,14 +407,9 @@ void
 test_sync_then_async (void (*const *cases) (void), size_t n,
                       unsigned *async, unsigned async_n)
 {
-  const unsigned modes[] = { 0, async_n };
+  const struct test_mode modes[] = { { 0, 0 }, { async_n, 0 } };
 
-  for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
-    *async = modes[m];
-    for (size_t i = 0; i < n; i++)
-      cases[i] ();
-  }
-  *async = 0;
+  run_modes (cases, n, async, NULL, modes, sizeof modes / sizeof modes[0]);
 }
 
 int
