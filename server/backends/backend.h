@@ -129,6 +129,12 @@ struct backend {
    * (queue_bypass.c).
    */
   bool writes_to_memory;
+  /* A read waits behind the writes sent before it (asynchronous backends:
+   * one ordered connection, a remote's workers): while reads compete,
+   * the queue forwards large writes as they came instead of merging
+   * them (queue_bypass.c).
+   */
+  bool reads_behind_writes;
   /* A trimmed range reads back as zeroes on this backend. */
   bool trim_reads_zero;
   char *description;            /* "file /srv/db.img (O_DIRECT)" */

@@ -68,6 +68,7 @@ queue_derive_settings (struct queue *q)
   async_around = cfg->bypass && backend_is_async (backend)
     && q->block_mask == 0 && backend->buffer_align <= 1;
   q->bypass_large = async_around;
+  q->forward_while_reading = async_around && backend->reads_behind_writes;
   q->bypass_waiting = async_around && cfg->ack == ACK_DISPATCHED;
   q->read_streams.ahead_max = q->read_streams.merging ? cfg->read_ahead : 0;
 }
@@ -551,7 +552,8 @@ worth_asking_to_go_around (const struct queue *q, uint32_t count,
                                  memory_order_relaxed) == 0
       || !continues_recent_write (q, offset);
   return !(flags & REQ_FUA)
-    && (q->bypass_waiting || (q->bypass_large && count >= q->merge_limit));
+    && (q->bypass_waiting
+        || (q->bypass_large && write_goes_as_it_came (q, count)));
 }
 
 /* queue_pwrite, once the range is checked.  Inlined there: a bypassed

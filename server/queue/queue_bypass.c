@@ -44,7 +44,16 @@
  * queue's batches against the backend's max_in_flight.  So does a write of
  * max-merge bytes or more (not FUA) whatever the ack mode
  * (q->bypass_large): nothing can merge with it, and with ack=queued
- * the queue would only copy it before sending it as it is.
+ * the queue would only copy it before sending it as it is.  And so does
+ * a write of READ_FORWARD_MIN or more while reads compete
+ * (read_feedback_competing) on a backend where a read waits behind the
+ * writes sent before it (backend.reads_behind_writes, a remote: one
+ * connection carries commands in order, and a merged write keeps the
+ * remote's worker and the connection longer than the client's own):
+ * q->forward_while_reading.  Sent as it came, it puts nothing larger
+ * ahead of a read than the client did, and the client's own depth
+ * bounds the writes in flight, as a server that only forwards does;
+ * the queue still merges smaller writes, within the read allowance.
  *
  * What stays true: the write is answered only once it is on the backend
  * (more than ack=queued promises), so every FLUSH answered after it
@@ -78,15 +87,16 @@ bypass_overlaps (const struct queue *q, uint64_t start, uint64_t end)
 }
 
 /* What both rules ask: a free slot, no stream to leave to the queue
- * (unless the write is max-merge bytes or more), and nothing in flight
- * over its bytes.
+ * (unless the write goes as it came: write_goes_as_it_came), and nothing
+ * in flight over its bytes.
  */
 static bool
 may_go_around (struct queue *q, uint64_t count, uint64_t offset)
 {
   queue_assert_locked (q);
   return q->nr_bypassing < BYPASS_SLOTS
-    && (count >= q->merge_limit || !continues_recent_write (q, offset))
+    && (write_goes_as_it_came (q, count)
+        || !continues_recent_write (q, offset))
     && !in_flight_between (q, offset, offset + count);
 }
 

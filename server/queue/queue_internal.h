@@ -249,6 +249,10 @@ struct queue {
    * them, so queuing would only copy them.
    */
   bool bypass_large;
+  /* Asynchronous, reads_behind_writes: while reads compete, writes of
+   * READ_FORWARD_MIN or more go around too (queue_bypass.c).
+   */
+  bool forward_while_reading;
   struct buffer_pool *buffers;  /* spare mappings for aligned data, up
                                  * to queue-bytes, fewer once quiet
                                  * (queue_spares.c); has its own lock */
@@ -652,6 +656,24 @@ int dispatch_thread_start (struct queue *);
 int bypass_write (struct queue *, struct session *, const void *buf,
                   uint32_t count, uint64_t offset, unsigned flags);
 bool bypass_overlaps (const struct queue *, uint64_t start, uint64_t end);
+
+/* The smallest write forwarded while reads compete
+ * (forward_while_reading).
+ */
+#define READ_FORWARD_MIN (64 * 1024)
+
+/* Without the lock or under it: whether a write of count bytes goes to
+ * the backend as it came rather than merged, when it may go around the
+ * queue at all: it fills a batch alone (max-merge), or reads compete on
+ * a backend where they would wait behind a merged batch.
+ */
+static inline bool
+write_goes_as_it_came (const struct queue *q, uint64_t count)
+{
+  return count >= q->merge_limit
+    || (q->forward_while_reading && count >= READ_FORWARD_MIN
+        && read_feedback_competing (&q->elevator.reads, monotonic_ns ()));
+}
 
 /* queue_room.c */
 

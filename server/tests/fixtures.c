@@ -279,6 +279,7 @@ test_rig_shaped (struct test_rig *r, const struct queue_config *cfg,
     test_backend_set_writes_to_memory (tb);
   if (shape->buffer_align > 1)
     test_backend_get (tb)->buffer_align = shape->buffer_align;
+  test_backend_get (tb)->reads_behind_writes = shape->reads_behind_writes;
   return test_rig_start (r, cfg);
 }
 

@@ -137,6 +137,7 @@ struct test_shape {
   bool fua;                     /* test_backend_set_fua */
   bool writes_to_memory;        /* test_backend_set_writes_to_memory */
   uint32_t buffer_align;        /* > 1: its buffer_align */
+  bool reads_behind_writes;     /* its reads_behind_writes (a remote) */
 };
 /* test_rig_one with a backend of that shape. */
 bool test_rig_shaped (struct test_rig *, const struct queue_config *,

@@ -648,10 +648,89 @@ test_large_write_around_async (void)
           " written; a 4 KiB one is queued [async]");
 }
 
+/* Two 64 KiB writes of a stream, from buf, at offset; true when both
+ * were answered.
+ */
+static bool
+write_stream_pair (struct queue *q, const unsigned char *buf,
+                   uint64_t offset)
+{
+  return CHECK (queue_pwrite (q, NULL, buf, 64 * KiB, offset, 0) == 0)
+    && CHECK (queue_pwrite (q, NULL, buf + 64 * KiB, 64 * KiB,
+                            offset + 64 * KiB, 0) == 0);
+}
+
+/* ack=queued, asynchronous backend, max-merge 1 MiB: a stream of 64 KiB
+ * writes is queued and merged while no read competes.  While a read
+ * competes (held at the backend), on a backend where reads wait behind
+ * writes (a remote) and with a read target, each goes to the backend as
+ * it came, from its caller's buffer, answered once written; on another
+ * backend, or with read-target=off, it is queued as before.
+ */
+static void
+test_forward_while_reading (bool behind, bool target, const char *what)
+{
+  struct queue_config cfg = bypass_config (true);
+  const struct test_shape shape = { .async = 4,
+                                    .reads_behind_writes = behind };
+  bool forwarded = behind && target;
+  unsigned char *buf = malloc (256 * KiB);
+  struct test_read_job rj;
+  struct test_thread t = TEST_THREAD_INIT;
+  struct tb_call calls[MAX_CALLS];
+  struct test_rig r;
+  size_t n = 0;
+  bool ok;
+
+  cfg.max_merge = 1024 * KiB;
+  if (!target)
+    cfg.read_target_ns = 0;
+  ok = CHECK (buf != NULL)
+    && CHECK (test_rig_shaped (&r, &cfg, DISK_SIZE, &shape));
+  if (!ok) {
+    free (buf);
+    tap_ok (false, "writes forwarded while reads compete (%s): no rig", what);
+    return;
+  }
+  memset (buf, 'q', 128 * KiB);
+  memset (buf + 128 * KiB, 'f', 128 * KiB);
+  ok = write_stream_pair (r.d[0].q, buf, 0)
+    && CHECK (test_stats (r.d[0].q).bypassed_writes == 0)
+    && CHECK (queue_flush (r.d[0].q, NULL) == 0);
+  rj = (struct test_read_job) { .q = r.d[0].q, .offset = 768 * KiB,
+                                .count = 4 * KiB };
+  test_backend_block (r.d[0].tb, TB_PREAD);
+  ok = ok && CHECK (test_thread_start (&t, test_read_job_run, &rj) == 0)
+    && CHECK (test_backend_wait_entered (r.d[0].tb, TB_PREAD, 1))
+    && write_stream_pair (r.d[0].q, buf + 128 * KiB, 128 * KiB);
+  if (ok) {
+    struct queue_stats st = test_stats (r.d[0].q);
+
+    n = backend_writes (&r.d[0], calls);
+    ok = forwarded
+      ? CHECK (st.bypassed_writes == 2) && CHECK (st.queued_requests == 0)
+        && CHECK (n == 3) && CHECK (calls[1].first_base == buf + 128 * KiB)
+        && CHECK (calls[2].first_base == buf + 192 * KiB)
+      : CHECK (st.bypassed_writes == 0) && CHECK (st.queued_requests > 0)
+        && CHECK (n == 1);
+  }
+  test_backend_release (r.d[0].tb, TB_PREAD);
+  ok = ok && CHECK (test_thread_wait (&t)) && CHECK (t.result == 0)
+    && CHECK (queue_flush (r.d[0].q, NULL) == 0)
+    && CHECK (test_backend_holds (r.d[0].tb, 'q', 128 * KiB, 0))
+    && CHECK (test_backend_holds (r.d[0].tb, 'f', 128 * KiB, 128 * KiB));
+  test_thread_join (&t);
+  test_rig_stop (&r);
+  free (buf);
+  tap_ok (ok, "ack=queued, asynchronous backend, %s: while a read competes,"
+          " 64 KiB stream writes are %s [async]", what,
+          forwarded ? "forwarded as they came" : "queued");
+}
+
 int
 main (void)
 {
-  tap_plan (15);
+  tap_plan (18);
   test_random_writes_go_around ();
   test_stream_is_queued ();
   test_full_size_writes_go_around ();
@@ -667,5 +746,8 @@ main (void)
   test_queued_write_beside_running_flush ();
   test_error_is_the_answer ();
   test_large_write_around_async ();
+  test_forward_while_reading (true, true, "reads wait behind writes");
+  test_forward_while_reading (false, true, "reads do not wait behind writes");
+  test_forward_while_reading (true, false, "read-target=off");
   return tap_done ();
 }

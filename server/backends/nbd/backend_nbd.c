@@ -324,6 +324,7 @@ set_limits (struct nbd_backend *nb)
   nb->b.can_fast_zero = c->can_zero && c->can_fast_zero;
   nb->b.trim_reads_zero = false;
   nb->b.can_fua = c->can_fua;
+  nb->b.reads_behind_writes = true;
 }
 
 struct backend *
