@@ -330,13 +330,14 @@ static const struct piece *
 insert_piece (struct queue *q, struct session *s, const struct piece *r,
               unsigned flags, struct completion *waiter, bool *unplugged)
 {
+  struct piece_list superseded = TAILQ_HEAD_INITIALIZER (superseded);
   struct piece *p = piece_alloc (q);
   int cut;
 
   queue_assert_locked (q);
   if (p == NULL)
     return NULL;
-  cut = cut_overlaps (q, r->offset, piece_end (r));
+  cut = cut_overlaps (q, r->offset, piece_end (r), &superseded);
   if (cut == -1) {
     p->buf = NULL;
     piece_release (q, p);
@@ -351,6 +352,7 @@ insert_piece (struct queue *q, struct session *s, const struct piece *r,
   p->waiter = waiter;
   p->promised = waiter == NULL || p->fua || (cut & CUT_ANY);
   queue_link (q, p, NULL);
+  pieces_superseded_done (q, &superseded);
   note_newest_piece (q, p);
   if (behind_busy_stream (q, p)) {
     p->held_until = q->batches_done + 1;

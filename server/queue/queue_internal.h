@@ -415,7 +415,13 @@ pieces_between (struct piece_tree *tree, uint64_t start, uint64_t end)
 /* What cut_overlaps cut: any queued piece, one a pending FLUSH covers. */
 #define CUT_ANY 1
 #define CUT_COVERED 2
-int cut_overlaps (struct queue *, uint64_t offset, uint64_t end);
+/* Pieces it covers whole leave the queue onto *superseded, still
+ * counted present: pieces_superseded_done finishes them once the piece
+ * that covers them is linked.
+ */
+int cut_overlaps (struct queue *, uint64_t offset, uint64_t end,
+                  struct piece_list *superseded);
+void pieces_superseded_done (struct queue *, struct piece_list *superseded);
 
 /* queue_flush.c */
 uint64_t flush_start_locked (struct queue *);

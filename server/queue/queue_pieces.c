@@ -12,6 +12,7 @@
  */
 #include <config.h>
 
+#include <assert.h>
 #include <stdlib.h>
 
 #include "buffers/data_buffer.h"
@@ -203,16 +204,26 @@ piece_written (struct queue *q, struct piece *p, bool durable,
 
 /* A piece that will never reach the backend because a newer request
  * covers it counts as written for whoever waits on it: the newer data
- * is what the disk must hold.
+ * is what the disk must hold.  It stops counting as present only after
+ * that newer piece counts: a read that finds nothing present
+ * (pieces_present, without the lock) reads the backend alone, which
+ * holds neither, and the superseded piece's request may already have
+ * been answered.
  */
-static void
-piece_superseded (struct queue *q, struct piece *p)
+void
+pieces_superseded_done (struct queue *q, struct piece_list *superseded)
 {
+  struct piece *p;
+
   queue_assert_locked (q);
-  queue_unlink (q, p);
-  piece_gone (q, p);
-  piece_written (q, p, false, NULL);
-  piece_release (q, p);
+  while ((p = TAILQ_FIRST (superseded)) != NULL) {
+    TAILQ_REMOVE (superseded, p, by_age);
+    assert (atomic_load_explicit (&q->pieces_present,
+                                  memory_order_relaxed) > 1);
+    piece_gone (q, p);
+    piece_written (q, p, false, NULL);
+    piece_release (q, p);
+  }
 }
 
 /* Drops p's bytes before new_offset; it keeps its place in both orders
@@ -300,7 +311,8 @@ piece_cut (struct queue *q, struct piece *p)
  * bytes that flush promised.  -1 when out of memory, with nothing cut.
  */
 int
-cut_overlaps (struct queue *q, uint64_t offset, uint64_t end)
+cut_overlaps (struct queue *q, uint64_t offset, uint64_t end,
+              struct piece_list *superseded)
 {
   struct piece *p = first_reaching (&q->by_offset, offset);
   int cut = 0;
@@ -320,8 +332,10 @@ cut_overlaps (struct queue *q, uint64_t offset, uint64_t end)
     struct piece *next = RB_NEXT (piece_tree, &q->by_offset, p);
 
     cut |= CUT_ANY | (flush_covers (q, p) ? CUT_COVERED : 0);
-    if (piece_end (p) <= end)
-      piece_superseded (q, p);
+    if (piece_end (p) <= end) {
+      queue_unlink (q, p);
+      TAILQ_INSERT_TAIL (superseded, p, by_age);
+    }
     else {
       piece_cut (q, p);
       piece_drop_front (q, p, end);
