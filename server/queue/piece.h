@@ -39,6 +39,11 @@ struct completion {
                                  * dropped (sleepers_post) */
 };
 
+/* The regions a piece counts in (queue_presence.c). */
+struct presence_span {
+  uint16_t first, last;
+};
+
 struct piece {
   RB_ENTRY (piece) by_offset;   /* queued pieces, by offset */
   TAILQ_ENTRY (piece) by_age;   /* queued pieces, oldest first */
@@ -74,6 +79,7 @@ struct piece {
    * (queue_failing.c).
    */
   bool failing;
+  struct presence_span presence;
 };
 
 RB_HEAD (piece_tree, piece);

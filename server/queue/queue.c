@@ -94,6 +94,7 @@ queue_init_fields (struct queue *q, struct backend *backend,
   TAILQ_INIT (&q->batches_in_flight);
   TAILQ_INIT (&q->spare_pieces);
   data_buffer_spares_init (&q->spare_buffers);
+  presence_init (q, backend->size);
   data_buffer_spares_init_sized (&q->stream_buffers, STREAM_ROOM_MOST,
                                  STREAM_SPARES);
   q->max_holders = !backend_is_async (backend) && backend->max_writers > 1

@@ -422,6 +422,7 @@ piece_complete (struct queue *q, const struct batch *b, struct piece *p,
                 int err, uint64_t now, struct sleeper **wake_later)
 {
   struct op_counters *c = &q->stats.op[p->kind];
+  struct presence_span in_flight = p->presence;
   bool kept;
 
   RB_REMOVE (piece_tree, &q->in_flight, p);
@@ -433,7 +434,7 @@ piece_complete (struct queue *q, const struct batch *b, struct piece *p,
   kept = err && !p->waiter
     && piece_keep_failed (q, p, err, q->flush.arrivals != b->flushes_before,
                           now);
-  piece_gone (q, p);
+  piece_gone_from (q, p, in_flight);
   if (kept)
     return;
   c->ticks_ms_x1000 += (now - p->arrival_ns) / 1000;

@@ -148,6 +148,10 @@ struct batch {
  * for a slot in the queue instead.
  */
 #define BYPASS_SLOTS 16
+/* Regions a disk is cut into for reads that take no lock
+ * (queue_presence.c).
+ */
+#define PRESENCE_REGIONS 256
 
 /* Write ends remembered to tell a stream from random writes, each in
  * the slot its end hashes to (queue_stream.c); a power of 2.
@@ -274,6 +278,11 @@ struct queue {
    * and every write it could have missed is already there.
    */
   _Atomic uint64_t pieces_present;
+  /* Present pieces per region of the disk, for reads that take no lock
+   * (queue_presence.c).
+   */
+  unsigned presence_shift;
+  _Atomic uint32_t presence[PRESENCE_REGIONS];
   uint64_t promised_pieces;     /* queued or in flight, piece->promised */
   struct piece_list spare_pieces; /* for the next requests to reuse */
   uint32_t nr_spare_pieces;
@@ -385,12 +394,31 @@ void queue_derive_settings (struct queue *);
 void queue_plug (struct queue *);
 void queue_unplug_locked (struct queue *, enum unplug_cause);
 
+/* queue_presence.c: the regions of a disk of size bytes, all clear. */
+void presence_init (struct queue *, uint64_t size);
+/* Under the lock: p, just linked, counts in the regions it reaches, and
+ * records them / p grew: it counts in those it reaches now too.
+ */
+void presence_add (struct queue *, struct piece *);
+void presence_grow (struct queue *, struct piece *);
+/* Under the lock: a piece gone no longer counts in span. */
+void presence_drop (struct queue *, struct presence_span span);
+/* Without the lock: whether no present piece reaches the regions of
+ * [offset, offset + count).
+ */
+bool presence_clear (const struct queue *, uint64_t offset, uint64_t count);
+
 /* queue_pieces.c */
 void piece_init (const struct queue *, struct piece *, enum op_kind,
                  uint64_t count, uint64_t offset, unsigned flags);
 struct piece *piece_alloc (struct queue *);
 void piece_release (struct queue *, struct piece *);
 void piece_gone (struct queue *, const struct piece *);
+/* The same for a piece that counted in span while present (p's own
+ * until it is linked again as something else).
+ */
+void piece_gone_from (struct queue *, const struct piece *,
+                      struct presence_span span);
 void pieces_free (struct queue *);
 void queue_link (struct queue *, struct piece *, struct piece *after);
 void queue_unlink (struct queue *, struct piece *);

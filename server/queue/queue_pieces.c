@@ -52,11 +52,19 @@ piece_alloc (struct queue *q)
  * no flush needs to wait for it.
  */
 void
-piece_gone (struct queue *q, const struct piece *p)
+piece_gone_from (struct queue *q, const struct piece *p,
+                 struct presence_span span)
 {
   queue_assert_locked (q);
   q->promised_pieces -= p->promised;
+  presence_drop (q, span);
   atomic_fetch_sub_explicit (&q->pieces_present, 1, memory_order_release);
+}
+
+void
+piece_gone (struct queue *q, const struct piece *p)
+{
+  piece_gone_from (q, p, p->presence);
 }
 
 void
@@ -139,6 +147,7 @@ queue_link (struct queue *q, struct piece *p, struct piece *after)
   q->appended_requests += p->appended;
   account_bytes (q, p, p->length);
   q->promised_pieces += p->promised;
+  presence_add (q, p);
   atomic_fetch_add_explicit (&q->pieces_present, 1, memory_order_relaxed);
 }
 
@@ -168,6 +177,7 @@ piece_grow (struct queue *q, struct piece *p, uint32_t count)
 {
   queue_assert_locked (q);
   p->length += count;
+  presence_grow (q, p);
   p->appended++;
   q->appended_requests++;
   account_bytes (q, p, count);

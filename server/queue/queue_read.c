@@ -65,7 +65,8 @@ collect_tree (struct piece_tree *tree, uint64_t offset, uint64_t end,
  * are always older than any queued piece they overlap (a queued piece
  * older than them would have been cut when they arrived), and never
  * overlap each other (overlaps_in_flight).  Takes and drops q->lock,
- * unless nothing is queued or in flight.
+ * unless no present piece reaches the range's regions
+ * (queue_presence.c).
  */
 static int
 snapshot (struct queue *q, uint64_t offset, uint64_t end, overlay_set *set)
@@ -73,8 +74,9 @@ snapshot (struct queue *q, uint64_t offset, uint64_t end, overlay_set *set)
   int r;
 
   small_vec_init (set);
-  if (atomic_load_explicit (&q->pieces_present, memory_order_acquire) == 0)
-    return 0;                   /* nothing queued or in flight */
+  if (atomic_load_explicit (&q->pieces_present, memory_order_acquire) == 0
+      || presence_clear (q, offset, end - offset))
+    return 0;                   /* nothing queued or in flight there */
   lock_acquire (&q->lock);
   r = collect_tree (&q->in_flight, offset, end, set);
   if (r == 0)
