@@ -353,7 +353,8 @@ insert_piece (struct queue *q, struct session *s, const struct piece *r,
   p->waiter = waiter;
   p->promised = waiter == NULL || p->fua || (cut & CUT_ANY);
   queue_link (q, p, NULL);
-  pieces_superseded_done (q, &superseded);
+  if (!TAILQ_EMPTY (&superseded))
+    pieces_superseded_done (q, &superseded);
   note_newest_piece (q, p);
   if (behind_busy_stream (q, p)) {
     p->held_until = q->batches_done + 1;

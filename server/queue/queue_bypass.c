@@ -86,11 +86,19 @@ bypass_overlaps (const struct queue *q, uint64_t start, uint64_t end)
   return false;
 }
 
+/* Out of line: only writes that may be forwarded ask. */
+bool
+reads_compete_now (const struct queue *q)
+{
+  return read_feedback_competing (&q->elevator.reads, monotonic_ns ());
+}
+
 /* What both rules ask: a free slot, no stream to leave to the queue
  * (unless the write goes as it came: write_goes_as_it_came), and nothing
- * in flight over its bytes.
+ * in flight over its bytes.  Always inlined: every bypassed write asks,
+ * and gcc otherwise leaves it out of line (docs/benchmarks-quick.md).
  */
-static bool
+static inline __attribute__ ((always_inline)) bool
 may_go_around (struct queue *q, uint64_t count, uint64_t offset)
 {
   queue_assert_locked (q);

@@ -394,31 +394,102 @@ void queue_derive_settings (struct queue *);
 void queue_plug (struct queue *);
 void queue_unplug_locked (struct queue *, enum unplug_cause);
 
-/* queue_presence.c: the regions of a disk of size bytes, all clear. */
-void presence_init (struct queue *, uint64_t size);
-/* Under the lock: p, just linked, counts in the regions it reaches, and
- * records them / p grew: it counts in those it reaches now too.
+/* queue_presence.c (its header comment is the rule; the helpers every
+ * write runs are inline here): the regions of a disk of size bytes, all
+ * clear.
  */
-void presence_add (struct queue *, struct piece *);
-void presence_grow (struct queue *, struct piece *);
-/* Under the lock: a piece gone no longer counts in span. */
-void presence_drop (struct queue *, struct presence_span span);
+void presence_init (struct queue *, uint64_t size);
 /* Without the lock: whether no present piece reaches the regions of
  * [offset, offset + count).
  */
 bool presence_clear (const struct queue *, uint64_t offset, uint64_t count);
+
+static inline unsigned
+region_of (const struct queue *q, uint64_t offset)
+{
+  uint64_t r = offset >> q->presence_shift;
+
+  return r < PRESENCE_REGIONS ? (unsigned) r : PRESENCE_REGIONS - 1;
+}
+
+static inline unsigned
+last_region_of (const struct queue *q, uint64_t offset, uint64_t length)
+{
+  return region_of (q, length ? offset + length - 1 : offset);
+}
+
+/* Only lock holders change counts: a load and a store each. */
+static inline void
+regions_raise (struct queue *q, unsigned first, unsigned last)
+{
+  queue_assert_locked (q);
+  for (unsigned i = first; i <= last; i++) {
+    uint32_t c = atomic_load_explicit (&q->presence[i], memory_order_relaxed);
+
+    atomic_store_explicit (&q->presence[i], c + 1, memory_order_relaxed);
+  }
+}
+
+/* Under the lock: p, just linked, counts in the regions it reaches, and
+ * records them.
+ */
+static inline void
+presence_add (struct queue *q, struct piece *p)
+{
+  p->presence = (struct presence_span) {
+    .first = region_of (q, p->offset),
+    .last = last_region_of (q, p->offset, p->length),
+  };
+  regions_raise (q, p->presence.first, p->presence.last);
+}
+
+/* Under the lock: p grew, and counts in the regions it reaches now.
+ * Every append asks, so the usual answer (no new region) is one shift
+ * and a compare.
+ */
+static inline void
+presence_grow (struct queue *q, struct piece *p)
+{
+  uint64_t last_byte = p->offset + p->length - 1;
+
+  if ((last_byte >> q->presence_shift) > p->presence.last
+      && p->presence.last < PRESENCE_REGIONS - 1) {
+    unsigned last = region_of (q, last_byte);
+
+    regions_raise (q, p->presence.last + 1, last);
+    p->presence.last = last;
+  }
+}
+
+/* Under the lock: a piece gone no longer counts in span; a release, for
+ * a reader that then finds the region clear.
+ */
+static inline void
+presence_drop (struct queue *q, struct presence_span span)
+{
+  queue_assert_locked (q);
+  for (unsigned i = span.first; i <= span.last; i++) {
+    uint32_t c = atomic_load_explicit (&q->presence[i], memory_order_relaxed);
+
+    atomic_store_explicit (&q->presence[i], c - 1, memory_order_release);
+  }
+}
 
 /* queue_pieces.c */
 void piece_init (const struct queue *, struct piece *, enum op_kind,
                  uint64_t count, uint64_t offset, unsigned flags);
 struct piece *piece_alloc (struct queue *);
 void piece_release (struct queue *, struct piece *);
-void piece_gone (struct queue *, const struct piece *);
-/* The same for a piece that counted in span while present (p's own
- * until it is linked again as something else).
+/* p has left the queue for good, having counted in span while present
+ * (p's own regions, until it is linked again as something else).
  */
 void piece_gone_from (struct queue *, const struct piece *,
                       struct presence_span span);
+static inline void
+piece_gone (struct queue *q, const struct piece *p)
+{
+  piece_gone_from (q, p, p->presence);
+}
 void pieces_free (struct queue *);
 void queue_link (struct queue *, struct piece *, struct piece *after);
 void queue_unlink (struct queue *, struct piece *);
@@ -701,12 +772,14 @@ bool bypass_overlaps (const struct queue *, uint64_t start, uint64_t end);
  * queue at all: it fills a batch alone (max-merge), or reads compete on
  * a backend where they would wait behind a merged batch.
  */
+bool reads_compete_now (const struct queue *);
+
 static inline bool
 write_goes_as_it_came (const struct queue *q, uint64_t count)
 {
   return count >= q->merge_limit
     || (q->forward_while_reading && count >= READ_FORWARD_MIN
-        && read_feedback_competing (&q->elevator.reads, monotonic_ns ()));
+        && reads_compete_now (q));
 }
 
 /* queue_room.c */

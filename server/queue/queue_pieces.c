@@ -48,8 +48,8 @@ piece_alloc (struct queue *q)
   return p;
 }
 
-/* p has left the queue for good: no read needs to see it any more, and
- * no flush needs to wait for it.
+/* p has left the queue for good, having counted in span while present:
+ * no read needs to see it any more, and no flush needs to wait for it.
  */
 void
 piece_gone_from (struct queue *q, const struct piece *p,
@@ -61,11 +61,6 @@ piece_gone_from (struct queue *q, const struct piece *p,
   atomic_fetch_sub_explicit (&q->pieces_present, 1, memory_order_release);
 }
 
-void
-piece_gone (struct queue *q, const struct piece *p)
-{
-  piece_gone_from (q, p, p->presence);
-}
 
 void
 piece_release (struct queue *q, struct piece *p)

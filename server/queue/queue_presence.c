@@ -54,63 +54,6 @@ presence_init (struct queue *q, uint64_t size)
     atomic_init (&q->presence[i], 0);
 }
 
-static inline unsigned
-region_of (const struct queue *q, uint64_t offset)
-{
-  uint64_t r = offset >> q->presence_shift;
-
-  return r < PRESENCE_REGIONS ? (unsigned) r : PRESENCE_REGIONS - 1;
-}
-
-static inline unsigned
-last_region_of (const struct queue *q, uint64_t offset, uint64_t length)
-{
-  return region_of (q, length ? offset + length - 1 : offset);
-}
-
-static void
-regions_raise (struct queue *q, unsigned first, unsigned last)
-{
-  queue_assert_locked (q);
-  for (unsigned i = first; i <= last; i++) {
-    uint32_t c = atomic_load_explicit (&q->presence[i], memory_order_relaxed);
-
-    atomic_store_explicit (&q->presence[i], c + 1, memory_order_relaxed);
-  }
-}
-
-void
-presence_add (struct queue *q, struct piece *p)
-{
-  p->presence = (struct presence_span) {
-    .first = region_of (q, p->offset),
-    .last = last_region_of (q, p->offset, p->length),
-  };
-  regions_raise (q, p->presence.first, p->presence.last);
-}
-
-void
-presence_grow (struct queue *q, struct piece *p)
-{
-  unsigned last = last_region_of (q, p->offset, p->length);
-
-  if (last > p->presence.last) {
-    regions_raise (q, p->presence.last + 1, last);
-    p->presence.last = last;
-  }
-}
-
-void
-presence_drop (struct queue *q, struct presence_span span)
-{
-  queue_assert_locked (q);
-  for (unsigned i = span.first; i <= span.last; i++) {
-    uint32_t c = atomic_load_explicit (&q->presence[i], memory_order_relaxed);
-
-    atomic_store_explicit (&q->presence[i], c - 1, memory_order_release);
-  }
-}
-
 bool
 presence_clear (const struct queue *q, uint64_t offset, uint64_t count)
 {
