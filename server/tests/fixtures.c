@@ -12,6 +12,7 @@
 
 #include "common/clock.h"
 #include "fixtures.h"
+#include "queue/queue_internal.h"
 #include "tap.h"
 #include "queue/timer_service.h"
 
@@ -350,6 +351,15 @@ static int
 read_queue (void *q, void *buf, size_t count, uint64_t offset)
 {
   return queue_pread (q, buf, count, offset);
+}
+
+void
+test_unplug_now (struct queue *q)
+{
+  lock_acquire (&q->lock);
+  queue_unplug_locked (q, UNPLUG_TIMER);
+  queue_kick_dispatcher (q);
+  lock_release (&q->lock);
 }
 
 bool

@@ -201,6 +201,8 @@ bool test_reads_as (int (*read) (void *ctx, void *buf, size_t count,
                     void *ctx, int c, uint64_t count, uint64_t offset,
                     const char *what);
 /* queue_pread of the range reads as c. */
+/* Sends out what q holds queued now, as the unplug timer would. */
+void test_unplug_now (struct queue *);
 bool test_queue_reads_as (struct queue *, int c, uint64_t count,
                           uint64_t offset);
 

@@ -56,16 +56,6 @@ rig (struct test_rig *r, unsigned queue_requests)
   return test_rig_one (r, &cfg, DISK_SIZE, async_mode, 0);
 }
 
-/* Sends out what is queued now, as the unplug timer would. */
-static void
-unplug_now (struct queue *q)
-{
-  lock_acquire (&q->lock);
-  queue_unplug_locked (q, UNPLUG_TIMER);
-  queue_kick_dispatcher (q);
-  lock_release (&q->lock);
-}
-
 static int
 flush_errno (struct queue *q, struct session *s)
 {
@@ -215,7 +205,7 @@ test_retried_without_flush (void)
                     == 0);
   if (ok) {
     test_backend_fail (r.d[0].tb, TB_PWRITEV, 2, ENOSPC);
-    unplug_now (r.d[0].q);
+    test_unplug_now (r.d[0].q);
   }
   ok = ok && CHECK (TEST_WAIT_FOR (backend_has (r.d[0].tb, 'a', 4 * KiB, 0)));
   ok = ok && CHECK (test_stats (r.d[0].q).writeback_retries >= 2);
@@ -253,7 +243,7 @@ test_flush_gets_its_own_try (void)
     && CHECK (test_write_fill (j.q, j.s, 'a', 4 * KiB, 0, 0) == 0);
   if (ok) {
     test_backend_block (r.d[0].tb, TB_PWRITEV);
-    unplug_now (j.q);
+    test_unplug_now (j.q);
   }
   /* The write-back is at the backend, decided to fail only once the
    * gate opens: the backend failed it before the FLUSH came.
@@ -328,7 +318,7 @@ test_kept_under_newer_queued (void)
   if (ok) {
     test_backend_block (r.d[0].tb, TB_PWRITEV);
     test_backend_fail (r.d[0].tb, TB_PWRITEV, 1, EIO);
-    unplug_now (w.q);
+    test_unplug_now (w.q);
   }
   ok = ok && CHECK (test_backend_wait_entered (r.d[0].tb, TB_PWRITEV, 1));
   /* Queued over the middle of the write in flight. */

@@ -161,16 +161,6 @@ test_failed_writeback_stays_counted (void)
           " until it is written, then every region is clear%s", MODE);
 }
 
-/* Sends out what is queued now, as the unplug timer would. */
-static void
-unplug_now (struct queue *q)
-{
-  lock_acquire (&q->lock);
-  queue_unplug_locked (q, UNPLUG_TIMER);
-  queue_kick_dispatcher (q);
-  lock_release (&q->lock);
-}
-
 /* A write over regions 7 and 8 fails its write-back while a newer one
  * over region 7 is queued: only region 8's bytes are kept, and the
  * regions it counted in while in flight are uncounted, not the kept
@@ -193,7 +183,7 @@ test_kept_part_counts_its_own (void)
   if (ok) {
     test_backend_block (r.d[0].tb, TB_PWRITEV);
     test_backend_fail (r.d[0].tb, TB_PWRITEV, 1, EIO);
-    unplug_now (w.q);
+    test_unplug_now (w.q);
   }
   ok = ok && CHECK (test_backend_wait_entered (r.d[0].tb, TB_PWRITEV, 1))
     && CHECK (test_thread_start (&t, test_write_job_run, &w) == 0)
