@@ -445,15 +445,15 @@ presence_add (struct queue *q, struct piece *p)
 
 /* Under the lock: p grew, and counts in the regions it reaches now.
  * Every append asks, so the usual answer (no new region) is one shift
- * and a compare.
+ * and a compare; past the last region, region_of's clamp leaves nothing
+ * to raise.
  */
 static inline void
 presence_grow (struct queue *q, struct piece *p)
 {
   uint64_t last_byte = p->offset + p->length - 1;
 
-  if ((last_byte >> q->presence_shift) > p->presence.last
-      && p->presence.last < PRESENCE_REGIONS - 1) {
+  if ((last_byte >> q->presence_shift) > p->presence.last) {
     unsigned last = region_of (q, last_byte);
 
     regions_raise (q, p->presence.last + 1, last);
@@ -767,13 +767,14 @@ bool bypass_overlaps (const struct queue *, uint64_t start, uint64_t end);
  */
 #define READ_FORWARD_MIN (64 * 1024)
 
+/* Whether reads compete with writes now (read_feedback_competing). */
+bool reads_compete_now (const struct queue *);
+
 /* Without the lock or under it: whether a write of count bytes goes to
  * the backend as it came rather than merged, when it may go around the
  * queue at all: it fills a batch alone (max-merge), or reads compete on
  * a backend where they would wait behind a merged batch.
  */
-bool reads_compete_now (const struct queue *);
-
 static inline bool
 write_goes_as_it_came (const struct queue *q, uint64_t count)
 {

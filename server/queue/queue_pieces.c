@@ -61,7 +61,6 @@ piece_gone_from (struct queue *q, const struct piece *p,
   atomic_fetch_sub_explicit (&q->pieces_present, 1, memory_order_release);
 }
 
-
 void
 piece_release (struct queue *q, struct piece *p)
 {
