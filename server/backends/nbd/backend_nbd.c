@@ -51,7 +51,10 @@ static int
 remote_pread (struct backend *b, void *buf, size_t count, uint64_t offset)
 {
   struct nbd_backend *nb = to_nbd (b);
+  int r = reader_pread (nb, buf, count, offset);
 
+  if (r != READER_NOT_TAKEN)
+    return r;
   return run_sync (nb, issue_pread, buf, count, offset, nb->caps.max_payload);
 }
 
@@ -341,6 +344,7 @@ backend_nbd_open (const char *uri, uint64_t reconnect_ns,
   lock_init (&nb->spare_lock);
   lock_init (&nb->held_lock);
   replay_init (&nb->replay, false);
+  reader_init (nb);
   if ((nb->uri = strdup (uri)) == NULL)
     goto nomem;
   nb->b.ops = &nbd_ops;

@@ -11,6 +11,9 @@
  *                             writes no flush covers yet, replaying it
  *                             on a new connection, the backend's own
  *                             flush that bounds it
+ *   backend_nbd_reader.c      the second connection reads take on a
+ *                             remote that offers multi-conn: dialling it
+ *                             on the loop, reading on it, losing it
  */
 #ifndef PLUGQ_BACKEND_NBD_H
 #define PLUGQ_BACKEND_NBD_H
@@ -44,6 +47,9 @@ struct remote_caps {
   bool read_only;
   bool can_flush, can_trim, can_zero, can_fast_zero, can_cache, can_extents;
   bool can_fua;
+  bool can_multi_conn;          /* not required again on reconnect: only
+                                 * the reader depends on it, and checks
+                                 * its own connection */
 };
 
 /* Operations the queue may keep outstanding on one remote. */
@@ -85,6 +91,39 @@ struct replay_log {
   uint64_t flush_mark;          /* ... and covers seq below this */
   _Atomic bool flush_wanted;    /* for the loop thread to send it */
   bool lost;                    /* a replay the remote refused */
+};
+
+/* The second connection, for reads only (backend_nbd_reader.c).  Reads
+ * that share the writes' connection wait behind the write data ahead of
+ * them on the socket and for the remote workers that connection's
+ * writes hold.  A remote that offers multi-conn keeps its connections
+ * consistent, so a read there sees every write another connection
+ * completed.
+ */
+enum reader_state {
+  READER_NONE,                  /* none; maybe a redial timer pending */
+  READER_DIALLING,              /* handshake on the loop, deadline set */
+  READER_UP,                    /* reads go here while up is true */
+  READER_REFUSED,               /* no multi-conn: never dialled again */
+};
+
+struct nbd_reader {
+  /* Guards h and up: reads are issued under it, so the loop thread can
+   * close a lost handle once no thread can be sending on it.  Only the
+   * loop thread sets h and raises up; a reader that finds the
+   * connection dead lowers up and wakes the loop.
+   */
+  struct lock lock;
+  struct nbd_handle *h;
+  _Atomic bool up;
+  _Atomic bool look;            /* a reader asks the loop to look */
+  /* Loop thread only. */
+  enum reader_state state;
+  ev_io io;
+  int watched_fd;               /* its own dup of h's socket, or -1 */
+  ev_timer timer;               /* the handshake's deadline, or a redial */
+  uint64_t backoff_ns;
+  const char *said;             /* why it is down, logged once */
 };
 
 struct nbd_backend {
@@ -141,6 +180,8 @@ struct nbd_backend {
   _Atomic unsigned nr_held;
   bool held_said;               /* loop thread: logged for this loss */
   _Atomic uint64_t next_issue_seq;
+
+  struct nbd_reader reader;
 };
 
 static inline struct nbd_backend *
@@ -182,6 +223,8 @@ struct nbd_op *op_new (struct nbd_backend *nb);
 /* At close, once no command is in flight. */
 void ops_free_spares (struct nbd_backend *nb);
 void op_put (struct nbd_op *op);
+/* Has the loop thread look at its connections again (look_again). */
+void wake_loop (struct nbd_backend *nb);
 void op_fail (struct nbd_op *op, int err);
 int op_wait (struct nbd_op *op, int issue_result);
 int run_sync (struct nbd_backend *nb, issue_fn fn, void *buf, uint64_t count,
@@ -196,6 +239,14 @@ int issue_chunks_on (struct nbd_backend *nb, struct nbd_handle *h,
                      struct nbd_op *op, issue_fn fn, const char *arg,
                      bool arg_advances, uint64_t count, uint64_t offset,
                      uint64_t chunk);
+/* The same, for a caller that holds whichever lock guards h. */
+int issue_chunks_h (struct nbd_handle *h, struct nbd_op *op, issue_fn fn,
+                    const char *arg, bool arg_advances, uint64_t count,
+                    uint64_t offset, uint64_t chunk);
+/* op_wait that also says whether a command was left unanswered by its
+ * dying connection (libnbd's ENOTCONN), which op_wait reports as EIO.
+ */
+int op_wait_lost (struct nbd_op *op, int issue_result, bool *lost);
 /* After a command could not be sent on h (nb->lock held): whether its
  * connection is gone, then marked lost if h is the current one;
  * otherwise libnbd's error is logged.
@@ -268,6 +319,25 @@ int replay_log_on (struct nbd_backend *nb, struct nbd_handle *h,
                    uint64_t *ops, uint64_t *bytes);
 /* Whether a replay was refused since the last call. */
 bool replay_take_loss (struct replay_log *log);
+
+/* backend_nbd_reader.c */
+void reader_init (struct nbd_backend *nb);
+/* Loop thread: at start, and whenever the reader may need looking at
+ * (a reader woke the loop, the main connection came back).
+ */
+void reader_start (struct nbd_backend *nb);
+void reader_look (struct nbd_backend *nb);
+/* Loop thread: the main connection was lost; so is the reader. */
+void reader_main_lost (struct nbd_backend *nb);
+/* Reads [offset, offset+count) on the read connection: 0 or -1 with
+ * errno as remote_pread, or READER_NOT_TAKEN when there is none up (or
+ * it went during this read), for the caller to read on the main one.
+ */
+#define READER_NOT_TAKEN (-2)
+int reader_pread (struct nbd_backend *nb, void *buf, uint64_t count,
+                  uint64_t offset);
+/* At close, once the loop thread is gone. */
+void reader_close (struct nbd_backend *nb);
 
 /* backend_nbd_connection.c */
 int read_capabilities (struct nbd_handle *h, struct remote_caps *c);

@@ -113,7 +113,7 @@ ops_free_spares (struct nbd_backend *nb)
     op_destroy (op);
 }
 
-static void
+void
 wake_loop (struct nbd_backend *nb)
 {
   if (nb->started)
@@ -276,16 +276,18 @@ op_fail (struct nbd_op *op, int err)
 
 /* libnbd calls this from the loop thread (or at once on an error).
  * ENOTCONN is libnbd's own, for a command its dying connection never
- * answered: with reconnect= an asynchronous op is then sent again.
+ * answered: with reconnect= an asynchronous op is then sent again, and
+ * a read on the read connection is read again on the main one.
  */
 static int
 command_done (void *user_data, int *error)
 {
   struct nbd_op *op = user_data;
+  bool io_again = op->io && op->nb->reconnect_ns;
 
-  if (*error == ENOTCONN && op->io && op->nb->reconnect_ns)
+  if (*error == ENOTCONN && (op->io == NULL || io_again))
     atomic_store (&op->lost, true);
-  else if (*error)
+  if (*error && !(*error == ENOTCONN && io_again))
     op_fail (op, *error);
   op_put (op);
   return 1;
@@ -300,6 +302,14 @@ issue_chunks_on (struct nbd_backend *nb, struct nbd_handle *h,
                  uint64_t chunk)
 {
   lock_assert_held (&nb->lock);
+  return issue_chunks_h (h, op, fn, arg, arg_advances, count, offset, chunk);
+}
+
+int
+issue_chunks_h (struct nbd_handle *h, struct nbd_op *op, issue_fn fn,
+                const char *arg, bool arg_advances, uint64_t count,
+                uint64_t offset, uint64_t chunk)
+{
   while (count > 0) {
     uint64_t n = MIN (count, chunk);
 
@@ -481,6 +491,14 @@ issue_block_status (struct nbd_handle *h, struct nbd_op *op,
 int
 op_wait (struct nbd_op *op, int issue_result)
 {
+  bool lost;
+
+  return op_wait_lost (op, issue_result, &lost);
+}
+
+int
+op_wait_lost (struct nbd_op *op, int issue_result, bool *lost)
+{
   int err;
 
   if (issue_result == -1)
@@ -491,6 +509,7 @@ op_wait (struct nbd_op *op, int issue_result)
     lock_wait (&op->cond, &op->lock);
   lock_release (&op->lock);
   err = atomic_load (&op->err);
+  *lost = atomic_load (&op->lost);
   op_free (op);
   if (err) {
     errno = err;

@@ -75,6 +75,7 @@ read_capabilities (struct nbd_handle *h, struct remote_caps *c)
   c->can_fua = nbd_can_fua (h) == 1;
   c->can_extents =
     nbd_can_meta_context (h, LIBNBD_CONTEXT_BASE_ALLOCATION) == 1;
+  c->can_multi_conn = nbd_can_multi_conn (h) == 1;
   return 0;
 }
 
@@ -207,6 +208,7 @@ check_lost (struct nbd_backend *nb, unsigned dir)
   nb->lost = true;
   nb->refused = NULL;           /* a new loss: say it again */
   ev_io_stop (nb->loop, &nb->io);
+  reader_main_lost (nb);
   log_error ("%s: connection lost%s", nb->uri,
              nb->reconnect_ns ? ", reconnecting" : "");
   if (nb->reconnect_ns) {
@@ -270,6 +272,7 @@ look_again (struct nbd_backend *nb)
   else if (send_deferred (nb))
     dir = nbd_aio_get_direction (nb->h);
   update_watcher (nb, dir);
+  reader_look (nb);
 }
 
 static void
@@ -490,6 +493,7 @@ loop_thread (void *arg)
 {
   struct nbd_backend *nb = arg;
 
+  reader_start (nb);
   look_again (nb);
   ev_run (nb->loop, 0);
   return NULL;
@@ -542,6 +546,7 @@ nbd_backend_close (struct backend *b)
   }
   if (nb->watched_fd >= 0)
     close (nb->watched_fd);
+  reader_close (nb);
   fail_held (nb);
   if (nb->stop_fd >= 0)
     close (nb->stop_fd);
