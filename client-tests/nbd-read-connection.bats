@@ -6,7 +6,8 @@
 # went.  Covered: reads there see queued, in-flight and flushed writes; a
 # read connection lost under a read in flight (socat between plugq and the
 # remote, its child for that connection killed): the read is answered from
-# the main connection, and the read connection comes back; a remote
+# the main connection, and the read connection comes back; a read in
+# flight on it when the main connection is lost is answered; a remote
 # without multi-conn gets one connection; one that refuses the second
 # still serves everything on the first; after a reconnect the read
 # connection comes back, and reads see what the replay wrote.
@@ -151,6 +152,42 @@ said = log_lines(PLOG, "read connection")
 assert len(said) == 2 and "reads share the main one meanwhile" in said[0] \
     and "is back" in said[1], "plugq's log: %s" % said
 h.shutdown()
+EOF
+}
+
+@test "nbd read connection: a read in flight on it is answered when the main connection is lost, and both come back" {
+  prefill "$T/r.img" "$MiB" 7
+  start_remote r --filter=log --filter=delay file "$T/r.img" \
+    logfile="$T/r.log" delay-read=300ms
+  start_proxy r
+  start_plugq disk=r nbd="nbd+unix:///?socket=$T/r-proxy.sock" reconnect=50ms
+  timeout 60 "$PYTHON" - "$T" "$PLUGQ_LOG" <<EOF
+$(read_connection_py)
+import subprocess, sys
+T, PLOG = sys.argv[1:3]
+LOG = T + "/r.log"
+r = pattern(7, MiB)
+h = connect("r")
+first = wait_for_read_connection(h, LOG, 0, r[:4096])
+
+buf = nbd.Buffer(8192)
+c = h.aio_pread(buf, 256 * KiB)
+poll(lambda: [f for _, f in log_calls(LOG, "Read")
+              if f["offset"] == 256 * KiB and f["conn"] == first],
+     10, "the read reaching the remote on the read connection")
+# socat's oldest child carries the main connection, dialled at open.
+kids = subprocess.run(["pgrep", "-o", "-P", open(T + "/socat.pid").read().strip()],
+                      capture_output=True, text=True).stdout.split()
+assert kids, "no socat child"
+os.kill(int(kids[0]), signal.SIGKILL)
+poll(lambda: log_lines(PLOG, "connection lost"), 10, "plugq noticing the loss")
+wait_aio(h, c, 20, "the read in flight on the read connection when the main one was lost")
+expect_bytes(buf.to_bytearray(), r[256 * KiB:264 * KiB], "the read in flight")
+poll(lambda: log_lines(PLOG, "reconnected"), 20, "the reconnect")
+wait_for_read_connection(h, LOG, 0, r[:4096], old=(first,))
+h.pwrite(pattern(8, 4096), 4096)
+h.flush()
+expect_file(T + "/r.img", 4096, pattern(8, 4096), "remote file after the FLUSH")
 EOF
 }
 

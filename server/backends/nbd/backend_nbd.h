@@ -104,6 +104,8 @@ enum reader_state {
   READER_NONE,                  /* none; maybe a redial timer pending */
   READER_DIALLING,              /* handshake on the loop, deadline set */
   READER_UP,                    /* reads go here while up is true */
+  READER_DRAINING,              /* takes no reads; closed once those in
+                                 * flight are answered */
   READER_REFUSED,               /* no multi-conn: never dialled again */
 };
 
@@ -124,6 +126,7 @@ struct nbd_reader {
   ev_timer timer;               /* the handshake's deadline, or a redial */
   uint64_t backoff_ns;
   const char *said;             /* why it is down, logged once */
+  const char *drain_why;        /* READER_DRAINING: why, for the close */
 };
 
 struct nbd_backend {

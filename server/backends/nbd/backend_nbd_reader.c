@@ -25,7 +25,10 @@
  * - A read that the connection left unanswered, or could not send on
  *   it, is read again on the main connection.  The reader is then marked
  *   down, and the loop closes it and redials with backoff (1 s doubling
- *   to 30 s), logging why once for each reason.
+ *   to 30 s), logging why once for each reason.  A reader closed while
+ *   alive (the main connection went) first takes no more reads and is
+ *   closed once those in flight are answered: closing a handle drops
+ *   the completions of its commands.
  * - Nothing else goes there: writes, zeroes, trims, flushes, cache and
  *   extents stay on the main connection, whose order the replay log and
  *   FLUSH rely on.
@@ -127,14 +130,14 @@ reader_watch (struct nbd_backend *nb, unsigned dir)
   }
 }
 
-/* Loop thread: reads go to the main connection again, and the reader
- * is closed.  No thread can be sending on it once up is lowered under
- * its lock; a handle that died has answered every command it had.
+/* Loop thread: the reader is closed.  No thread sends on it once up is
+ * lowered under its lock, and it has no command in flight (it died,
+ * which answers them all, or they were answered: reader_drop).
  * Redialled after a backoff unless the remote refused it for good; with
  * why NULL (the main connection went) once the main one is back.
  */
 static void
-reader_drop (struct nbd_backend *nb, const char *why)
+reader_close_now (struct nbd_backend *nb, const char *why)
 {
   struct nbd_reader *r = &nb->reader;
   struct nbd_handle *h;
@@ -161,6 +164,35 @@ reader_drop (struct nbd_backend *nb, const char *why)
   ev_timer_set (&r->timer, r->backoff_ns / 1e9, 0.);
   ev_timer_start (nb->loop, &r->timer);
   r->backoff_ns = MIN (r->backoff_ns * 2, READER_MAX_BACKOFF_NS);
+}
+
+/* Whether h's connection is dead: every command it had is answered. */
+static bool
+handle_dead (struct nbd_handle *h)
+{
+  return nbd_aio_is_dead (h) == 1 || nbd_aio_is_closed (h) == 1;
+}
+
+/* Loop thread: reads go to the main connection from now on, and the
+ * reader is closed, at once or, while reads are in flight on a live
+ * connection, once they are answered (closing the handle would drop
+ * their completions, and their readers would wait for ever).
+ */
+static void
+reader_drop (struct nbd_backend *nb, const char *why)
+{
+  struct nbd_reader *r = &nb->reader;
+
+  lock_acquire (&r->lock);
+  atomic_store (&r->up, false);
+  lock_release (&r->lock);
+  if (r->h && !handle_dead (r->h) && nbd_aio_in_flight (r->h) > 0) {
+    ev_timer_stop (nb->loop, &r->timer);
+    r->state = READER_DRAINING;
+    r->drain_why = why;
+    return;
+  }
+  reader_close_now (nb, why);
 }
 
 /* Loop thread: starts the handshake; reader_check goes on with it. */
@@ -237,12 +269,16 @@ reader_check (struct nbd_backend *nb)
     break;
   case READER_UP:
     dir = nbd_aio_get_direction (r->h);
-    if (!atomic_load (&r->up)
-        || (dir == 0 && (nbd_aio_is_dead (r->h) || nbd_aio_is_closed (r->h))))
+    if (!atomic_load (&r->up) || (dir == 0 && handle_dead (r->h)))
       reader_drop (nb, lost);
     break;
+  case READER_DRAINING:
+    if (handle_dead (r->h) || nbd_aio_in_flight (r->h) == 0)
+      reader_close_now (nb, r->drain_why);
+    break;
   }
-  if (r->state == READER_DIALLING || r->state == READER_UP)
+  if (r->state == READER_DIALLING || r->state == READER_UP
+      || r->state == READER_DRAINING)
     reader_watch (nb, nbd_aio_get_direction (r->h));
 }
 
@@ -263,8 +299,12 @@ reader_start (struct nbd_backend *nb)
 void
 reader_main_lost (struct nbd_backend *nb)
 {
-  if (nb->reader.state == READER_DIALLING || nb->reader.state == READER_UP)
+  struct nbd_reader *r = &nb->reader;
+
+  if (r->state == READER_DIALLING || r->state == READER_UP)
     reader_drop (nb, NULL);
+  else if (r->state == READER_DRAINING)
+    r->drain_why = NULL;
 }
 
 void
@@ -319,7 +359,7 @@ static bool
 reader_gone (struct nbd_reader *r)
 {
   lock_assert_held (&r->lock);
-  if (nbd_aio_is_dead (r->h) || nbd_aio_is_closed (r->h)) {
+  if (handle_dead (r->h)) {
     atomic_store (&r->up, false);
     return true;
   }
