@@ -120,6 +120,21 @@ wake_loop (struct nbd_backend *nb)
     ev_async_send (nb->loop, &nb->wake);
 }
 
+/* nb->lock held, commands just sent on the current connection: whether
+ * the loop thread must look at it.  libnbd sends a command from the
+ * caller's thread while the socket takes it, and the loop already
+ * watches for the replies; only a send the socket could not take whole
+ * (libnbd then wants to write) or a lost connection needs the loop.
+ * Waking it for every command cost a context switch per write.
+ */
+static bool
+loop_must_look (struct nbd_backend *nb)
+{
+  lock_assert_held (&nb->lock);
+  return !nb->connected
+    || nbd_aio_get_direction (nb->h) & LIBNBD_AIO_DIRECTION_WRITE;
+}
+
 /* ------------------------------------------------------------ held ops */
 
 /* An op whose connection went, or that came while the remote was away:
@@ -354,6 +369,7 @@ issue_chunks (struct nbd_backend *nb, struct nbd_op *op, issue_fn fn,
               uint64_t offset, uint64_t chunk)
 {
   int r = -1, err = ENOTCONN;
+  bool wake;
 
   lock_acquire (&nb->lock);
   if (nb->connected) {
@@ -363,8 +379,10 @@ issue_chunks (struct nbd_backend *nb, struct nbd_op *op, issue_fn fn,
     if (r == -1 && connection_gone (nb, nb->h))
       err = EIO;
   }
+  wake = r == -1 || loop_must_look (nb);
   lock_release (&nb->lock);
-  wake_loop (nb);
+  if (wake)
+    wake_loop (nb);
   errno = err;
   return r;
 }
@@ -373,7 +391,7 @@ void
 op_start_io (struct nbd_op *op)
 {
   struct nbd_backend *nb = op->nb;
-  bool lost = true;
+  bool lost = true, wake;
 
   op->issue_seq = atomic_fetch_add (&nb->next_issue_seq, 1);
   lock_acquire (&nb->lock);
@@ -388,8 +406,10 @@ op_start_io (struct nbd_op *op)
         op_fail (op, err);
     }
   }
+  wake = lost || loop_must_look (nb);
   lock_release (&nb->lock);
-  wake_loop (nb);
+  if (wake)
+    wake_loop (nb);
   /* Commands already sent complete later, as lost. */
   if (lost && nb->reconnect_ns)
     atomic_store (&op->lost, true);
