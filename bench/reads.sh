@@ -151,6 +151,7 @@ group_servers() {
       nbdkit-bare-direct:randr4k-qd16|nbdkit-bare-direct:randr4k-qd1) ;;
       nbdkit-bare-direct:*) continue ;;
       remote-alone:seqr64k-qd16|remote-alone:seqw4k-qd16-nbdbench) ;;
+      remote-alone:mixr4k-qd1-w64k-qd16) ;;
       rbd-bench:seqr64k-qd16) ;;
       fio-direct:*|remote-alone:*|rbd-bench:*) continue ;;
     esac
