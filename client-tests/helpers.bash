@@ -191,12 +191,12 @@ print(stat(load_stats(sys.argv[1]), sys.argv[2], sys.argv[3]))
 EOF
 }
 
-# wait_for_file PATH: polls (bounded, 10 s) until PATH exists and is not
-# empty.
+# wait_for_file PATH [TEST]: polls (bounded, 10 s) until PATH passes the
+# test TEST, by default -s (exists and is not empty; -S: is a socket).
 wait_for_file() {
-  local i
+  local i test=${2:--s}
   for ((i = 0; i < 200; i++)); do
-    [ -s "$1" ] && return 0
+    [ "$test" "$1" ] && return 0
     sleep 0.05
   done
   echo "$1 did not appear within 10 s" >&2

@@ -36,18 +36,25 @@ start_proxy() {
   socat UNIX-LISTEN:"$T/$1-proxy.sock",fork UNIX-CONNECT:"$(rsock "$1")" \
     </dev/null >/dev/null 2>&1 3>&- &
   echo $! >"$T/socat.pid"
-  local i
-  for ((i = 0; i < 200; i++)); do
-    [ -S "$T/$1-proxy.sock" ] && return 0
-    sleep 0.05
-  done
-  echo "socat did not listen on $T/$1-proxy.sock within 10 s" >&2
-  return 1
+  wait_for_file "$T/$1-proxy.sock" -S
+}
+
+# start_proxied_remote SEED PLUGQ-ARGS...: a remote over pattern(SEED)
+# whose reads stay in flight for 300 ms, behind the socat proxy, and
+# plugq in front of the proxy.
+start_proxied_remote() {
+  prefill "$T/r.img" "$MiB" "$1"
+  shift
+  start_remote r --filter=log --filter=delay file "$T/r.img" \
+    logfile="$T/r.log" delay-read=300ms
+  start_proxy r
+  start_plugq disk=r nbd="nbd+unix:///?socket=$T/r-proxy.sock" "$@"
 }
 
 # The Python side: which connection of the remote's log carried what.
 read_connection_py() {
   cat <<'EOF'
+import subprocess
 from nbdremote import *
 
 def conns(log, act):
@@ -63,6 +70,25 @@ def wait_for_read_connection(h, log, off, want, old=()):
                 - set(old))
     poll(read_went_apart, 20, "a read on a connection of its own")
     return max(read_went_apart())
+
+def read_in_flight(h, log, conn, off):
+    """An 8 KiB read at off, sent and seen by the remote on connection
+    conn; returns its buffer and cookie."""
+    buf = nbd.Buffer(8192)
+    c = h.aio_pread(buf, off)
+    poll(lambda: [f for _, f in log_calls(log, "Read")
+                  if f["offset"] == off and f["conn"] == conn],
+         10, "the read reaching the remote on connection %d" % conn)
+    return buf, c
+
+def kill_proxy_child(T, which):
+    """Kills socat's child for one connection: "-o" the oldest (the main
+    connection, dialled at open), "-n" the newest (the read connection,
+    dialled last)."""
+    kids = subprocess.run(["pgrep", which, "-P", open(T + "/socat.pid").read().strip()],
+                          capture_output=True, text=True).stdout.split()
+    assert kids, "no socat child"
+    os.kill(int(kids[0]), signal.SIGKILL)
 EOF
 }
 
@@ -113,15 +139,10 @@ EOF
 }
 
 @test "nbd read connection: lost under a read in flight, the read is answered from the main connection, and it comes back" {
-  prefill "$T/r.img" "$MiB" 6
-  # Reads stay in flight at the remote for 300 ms.
-  start_remote r --filter=log --filter=delay file "$T/r.img" \
-    logfile="$T/r.log" delay-read=300ms
-  start_proxy r
-  start_plugq disk=r nbd="nbd+unix:///?socket=$T/r-proxy.sock"
+  start_proxied_remote 6
   timeout 60 "$PYTHON" - "$T" "$PLUGQ_LOG" <<EOF
 $(read_connection_py)
-import subprocess, sys
+import sys
 T, PLOG = sys.argv[1:3]
 LOG = T + "/r.log"
 r = pattern(6, MiB)
@@ -130,17 +151,9 @@ h = connect("r")
 main = {1}
 first = wait_for_read_connection(h, LOG, 0, r[:4096])
 assert first == 2, "the read connection is the remote's connection %d" % first
-
-buf = nbd.Buffer(8192)
-c = h.aio_pread(buf, 256 * KiB)
+buf, c = read_in_flight(h, LOG, first, 256 * KiB)
 at = lambda f: f["offset"] == 256 * KiB
-poll(lambda: [f for _, f in log_calls(LOG, "Read") if at(f) and f["conn"] == first],
-     10, "the read reaching the remote on the read connection")
-# socat's newest child carries the read connection, dialled last.
-kids = subprocess.run(["pgrep", "-n", "-P", open(T + "/socat.pid").read().strip()],
-                      capture_output=True, text=True).stdout.split()
-assert kids, "no socat child"
-os.kill(int(kids[0]), signal.SIGKILL)
+kill_proxy_child(T, "-n")
 wait_aio(h, c, 20, "the read in flight when its connection was lost")
 expect_bytes(buf.to_bytearray(), r[256 * KiB:264 * KiB], "the read in flight when its connection was lost")
 again = [f for _, f in log_calls(LOG, "Read") if at(f) and f["conn"] in main]
@@ -156,30 +169,17 @@ EOF
 }
 
 @test "nbd read connection: a read in flight on it is answered when the main connection is lost, and both come back" {
-  prefill "$T/r.img" "$MiB" 7
-  start_remote r --filter=log --filter=delay file "$T/r.img" \
-    logfile="$T/r.log" delay-read=300ms
-  start_proxy r
-  start_plugq disk=r nbd="nbd+unix:///?socket=$T/r-proxy.sock" reconnect=50ms
+  start_proxied_remote 7 reconnect=50ms
   timeout 60 "$PYTHON" - "$T" "$PLUGQ_LOG" <<EOF
 $(read_connection_py)
-import subprocess, sys
+import sys
 T, PLOG = sys.argv[1:3]
 LOG = T + "/r.log"
 r = pattern(7, MiB)
 h = connect("r")
 first = wait_for_read_connection(h, LOG, 0, r[:4096])
-
-buf = nbd.Buffer(8192)
-c = h.aio_pread(buf, 256 * KiB)
-poll(lambda: [f for _, f in log_calls(LOG, "Read")
-              if f["offset"] == 256 * KiB and f["conn"] == first],
-     10, "the read reaching the remote on the read connection")
-# socat's oldest child carries the main connection, dialled at open.
-kids = subprocess.run(["pgrep", "-o", "-P", open(T + "/socat.pid").read().strip()],
-                      capture_output=True, text=True).stdout.split()
-assert kids, "no socat child"
-os.kill(int(kids[0]), signal.SIGKILL)
+buf, c = read_in_flight(h, LOG, first, 256 * KiB)
+kill_proxy_child(T, "-o")
 poll(lambda: log_lines(PLOG, "connection lost"), 10, "plugq noticing the loss")
 wait_aio(h, c, 20, "the read in flight on the read connection when the main one was lost")
 expect_bytes(buf.to_bytearray(), r[256 * KiB:264 * KiB], "the read in flight")

@@ -343,6 +343,13 @@ int reader_pread (struct nbd_backend *nb, void *buf, uint64_t count,
 void reader_close (struct nbd_backend *nb);
 
 /* backend_nbd_connection.c */
+/* Loop thread: watch h's socket, through the loop's own duplicate of it
+ * in *fd, for what libnbd wants (dir, from nbd_aio_get_direction); and
+ * stop, closing the duplicate, once h is gone.
+ */
+void socket_watch (struct ev_loop *loop, ev_io *io, int *fd,
+                   struct nbd_handle *h, unsigned dir);
+void socket_forget (struct ev_loop *loop, ev_io *io, int *fd);
 int read_capabilities (struct nbd_handle *h, struct remote_caps *c);
 struct nbd_handle *dial (struct nbd_backend *nb, bool quiet);
 int remote_start (struct backend *b);

@@ -128,64 +128,68 @@ capabilities_still_met (const struct nbd_backend *nb, struct nbd_handle *h)
 
 /* ------------------------------------------------------------ loop */
 
-/* Loop thread: the descriptor the loop watches for the current handle.
+/* Loop thread: the descriptor the loop watches for handle h, in *fd.
  * libnbd closes a dead connection's socket in whichever thread meets the
  * error first, and libev's epoll backend aborts on a descriptor closed
- * under it; a duplicate that only this thread closes (forget_socket)
+ * under it; a duplicate that only this thread closes (socket_forget)
  * cannot be.  -1 when the handle has no socket or none could be had.
  */
 static int
-watched_socket (struct nbd_backend *nb)
+socket_watched (struct nbd_handle *h, int *fd)
 {
-  int fd;
+  int libnbd_fd;
 
-  if (nb->watched_fd >= 0)
-    return nb->watched_fd;
-  fd = nbd_aio_get_fd (nb->h);
-  if (fd >= 0)
-    nb->watched_fd = fcntl (fd, F_DUPFD_CLOEXEC, 0);
-  return nb->watched_fd;
+  if (*fd >= 0)
+    return *fd;
+  libnbd_fd = nbd_aio_get_fd (h);
+  if (libnbd_fd >= 0)
+    *fd = fcntl (libnbd_fd, F_DUPFD_CLOEXEC, 0);
+  return *fd;
 }
 
-/* Loop thread: the handle whose socket was watched is gone (closed by
- * nbd_close): the duplicate goes too, after the watcher.
- */
-static void
-forget_socket (struct nbd_backend *nb)
+void
+socket_forget (struct ev_loop *loop, ev_io *io, int *fd)
 {
-  ev_io_stop (nb->loop, &nb->io);
-  if (nb->watched_fd >= 0)
-    close (nb->watched_fd);
-  nb->watched_fd = -1;
+  ev_io_stop (loop, io);
+  if (*fd >= 0)
+    close (*fd);
+  *fd = -1;
 }
 
-/* Loop thread: watch the socket for what libnbd wants next (dir, from
- * nbd_aio_get_direction).  Each libnbd call takes the handle's lock,
- * which a thread sending a command holds, so the loop asks libnbd as
- * little as it can: the descriptor once per handle (watched_socket).
+/* Each libnbd call takes the handle's lock, which a thread sending a
+ * command holds, so the loop asks libnbd as little as it can: the
+ * descriptor once per handle (socket_watched).
  */
-static void
-update_watcher (struct nbd_backend *nb, unsigned dir)
+void
+socket_watch (struct ev_loop *loop, ev_io *io, int *fd, struct nbd_handle *h,
+              unsigned dir)
 {
-  int events = 0, fd;
+  int events = 0;
 
-  if (!nb->connected) {
-    ev_io_stop (nb->loop, &nb->io);
-    return;
-  }
   if (dir & LIBNBD_AIO_DIRECTION_READ)
     events |= EV_READ;
   if (dir & LIBNBD_AIO_DIRECTION_WRITE)
     events |= EV_WRITE;
-  if (ev_is_active (&nb->io)
-      && events == (nb->io.events & (EV_READ | EV_WRITE)))
+  if (ev_is_active (io) && events == (io->events & (EV_READ | EV_WRITE)))
     return;
-  ev_io_stop (nb->loop, &nb->io);
-  fd = watched_socket (nb);
-  if (fd >= 0 && events) {
-    ev_io_set (&nb->io, fd, events);
-    ev_io_start (nb->loop, &nb->io);
+  ev_io_stop (loop, io);
+  if (events && socket_watched (h, fd) >= 0) {
+    ev_io_set (io, *fd, events);
+    ev_io_start (loop, io);
   }
+}
+
+/* Loop thread: watch the main connection's socket for what libnbd wants
+ * next (dir, from nbd_aio_get_direction), while it is connected.
+ */
+static void
+update_watcher (struct nbd_backend *nb, unsigned dir)
+{
+  if (!nb->connected) {
+    ev_io_stop (nb->loop, &nb->io);
+    return;
+  }
+  socket_watch (nb->loop, &nb->io, &nb->watched_fd, nb->h, dir);
 }
 
 /* Loop thread: whoever noticed first (a reply, or a command that could
@@ -444,7 +448,7 @@ use_connection (struct nbd_backend *nb, struct nbd_handle *h,
   nb->lost = false;
   nb->held_said = false;
   nbd_close (old);
-  forget_socket (nb);
+  socket_forget (nb->loop, &nb->io, &nb->watched_fd);
   log_error ("%s: reconnected; replayed %" PRIu64 " writes, zeroes and "
              "trims it had not flushed (%" PRIu64 " bytes of data), resent "
              "%u operations held meanwhile", nb->uri, replayed, bytes,

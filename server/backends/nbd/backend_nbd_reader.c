@@ -49,7 +49,6 @@
 #include <config.h>
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -94,42 +93,6 @@ reader_init (struct nbd_backend *nb)
 
 /* ------------------------------------------------------------ the loop */
 
-/* Loop thread: forget the watched duplicate of the socket (see
- * watched_socket in backend_nbd_connection.c for why a duplicate).
- */
-static void
-reader_forget_socket (struct nbd_backend *nb)
-{
-  struct nbd_reader *r = &nb->reader;
-
-  ev_io_stop (nb->loop, &r->io);
-  if (r->watched_fd >= 0)
-    close (r->watched_fd);
-  r->watched_fd = -1;
-}
-
-/* Loop thread: watch the socket for what libnbd wants next. */
-static void
-reader_watch (struct nbd_backend *nb, unsigned dir)
-{
-  struct nbd_reader *r = &nb->reader;
-  int events = 0, fd;
-
-  if (dir & LIBNBD_AIO_DIRECTION_READ)
-    events |= EV_READ;
-  if (dir & LIBNBD_AIO_DIRECTION_WRITE)
-    events |= EV_WRITE;
-  if (ev_is_active (&r->io) && events == (r->io.events & (EV_READ | EV_WRITE)))
-    return;
-  ev_io_stop (nb->loop, &r->io);
-  if (r->watched_fd < 0 && (fd = nbd_aio_get_fd (r->h)) >= 0)
-    r->watched_fd = fcntl (fd, F_DUPFD_CLOEXEC, 0);
-  if (r->watched_fd >= 0 && events) {
-    ev_io_set (&r->io, r->watched_fd, events);
-    ev_io_start (nb->loop, &r->io);
-  }
-}
-
 /* Loop thread: the reader is closed.  No thread sends on it once up is
  * lowered under its lock, and it has no command in flight (it died,
  * which answers them all, or they were answered: reader_drop).
@@ -148,7 +111,7 @@ reader_close_now (struct nbd_backend *nb, const char *why)
   r->h = NULL;
   lock_release (&r->lock);
   ev_timer_stop (nb->loop, &r->timer);
-  reader_forget_socket (nb);
+  socket_forget (nb->loop, &r->io, &r->watched_fd);
   nbd_close (h);
   r->state = READER_NONE;
   if (why == NULL)              /* the main connection went: no timer */
@@ -279,7 +242,8 @@ reader_check (struct nbd_backend *nb)
   }
   if (r->state == READER_DIALLING || r->state == READER_UP
       || r->state == READER_DRAINING)
-    reader_watch (nb, nbd_aio_get_direction (r->h));
+    socket_watch (nb->loop, &r->io, &r->watched_fd, r->h,
+                  nbd_aio_get_direction (r->h));
 }
 
 void
