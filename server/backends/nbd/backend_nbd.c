@@ -3,10 +3,12 @@
  * Everything goes through libnbd's asynchronous API.  Each remote disk
  * has its own libev loop in its own thread that watches the connection's
  * socket and feeds libnbd (nbd_aio_notify_read/write); any thread may
- * issue commands, then wakes the loop so it watches for the right
- * direction.  The queue's dispatcher submits merged writes, zeroes and
- * trims without waiting (several in flight); reads, flushes and extents
- * are issued the same way and waited for.
+ * issue commands, and wakes the loop only when libnbd could not send one
+ * whole (it then wants to write) or the connection went.  The queue's
+ * dispatcher submits merged writes, zeroes and trims without waiting
+ * (several in flight); reads, flushes and extents are issued the same
+ * way and waited for.  On a remote that offers multi-conn, reads take a
+ * second connection of their own (backend_nbd_reader.c).
  *
  * A lost connection fails every command that needed it (libnbd completes
  * them with an error, which the queue latches for answered writes).  With
