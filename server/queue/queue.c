@@ -68,7 +68,14 @@ queue_derive_settings (struct queue *q)
   async_around = cfg->bypass && backend_is_async (backend)
     && q->block_mask == 0 && backend->buffer_align <= 1;
   q->bypass_large = async_around;
-  q->forward_while_reading = async_around && backend->reads_behind_writes;
+  /* While reads compete, large writes go as they came where a merge
+   * would cost reads more than it saves: a remote, where reads wait
+   * behind the writes sent before them, and memory, where the merge is
+   * one more copy and a queued piece sends reads through the lock
+   * (queue_bypass.c).
+   */
+  q->forward_while_reading = q->bypass
+    || (async_around && backend->reads_behind_writes);
   q->bypass_waiting = async_around && cfg->ack == ACK_DISPATCHED;
   q->read_streams.ahead_max = q->read_streams.merging ? cfg->read_ahead : 0;
 }

@@ -253,8 +253,9 @@ struct queue {
    * them, so queuing would only copy them.
    */
   bool bypass_large;
-  /* Asynchronous, reads_behind_writes: while reads compete, writes of
-   * READ_FORWARD_MIN or more go around too (queue_bypass.c).
+  /* Asynchronous with reads_behind_writes, or q->bypass (memory): while
+   * reads compete, writes of READ_FORWARD_MIN or more go around too
+   * (queue_bypass.c).
    */
   bool forward_while_reading;
   struct buffer_pool *buffers;  /* spare mappings for aligned data, up

@@ -727,10 +727,72 @@ test_forward_while_reading (bool behind, bool target, const char *what)
           forwarded ? "forwarded as they came" : "queued");
 }
 
+/* Sync, a backend that writes to memory, max-merge 1 MiB: a stream of
+ * 64 KiB writes goes around with its first write and is queued from its
+ * second on while no read competes.  While a read competes (held at the
+ * backend), each goes around as it came, from its caller's buffer; with
+ * read-target=off it is queued as before.
+ */
+static void
+test_forward_while_reading_memory (bool target, const char *what)
+{
+  struct queue_config cfg = bypass_config (true);
+  unsigned char *buf = malloc (256 * KiB);
+  struct test_read_job rj;
+  struct test_thread t = TEST_THREAD_INIT;
+  struct tb_call calls[MAX_CALLS];
+  struct test_rig r;
+  size_t n = 0;
+  bool ok;
+
+  cfg.max_merge = 1024 * KiB;
+  if (!target)
+    cfg.read_target_ns = 0;
+  ok = CHECK (buf != NULL) && CHECK (rig_start (&r, &cfg, 2, true));
+  if (!ok) {
+    free (buf);
+    tap_ok (false, "memory writes while reads compete (%s): no rig", what);
+    return;
+  }
+  memset (buf, 'q', 128 * KiB);
+  memset (buf + 128 * KiB, 'f', 128 * KiB);
+  ok = write_stream_pair (r.d[0].q, buf, 0)
+    && CHECK (test_stats (r.d[0].q).bypassed_writes == 1)
+    && CHECK (queue_flush (r.d[0].q, NULL) == 0);
+  rj = (struct test_read_job) { .q = r.d[0].q, .offset = 768 * KiB,
+                                .count = 4 * KiB };
+  test_backend_block (r.d[0].tb, TB_PREAD);
+  ok = ok && CHECK (test_thread_start (&t, test_read_job_run, &rj) == 0)
+    && CHECK (test_backend_wait_entered (r.d[0].tb, TB_PREAD, 1))
+    && write_stream_pair (r.d[0].q, buf + 128 * KiB, 128 * KiB);
+  if (ok) {
+    struct queue_stats st = test_stats (r.d[0].q);
+
+    n = backend_writes (&r.d[0], calls);
+    ok = target
+      ? CHECK (st.bypassed_writes == 3) && CHECK (st.queued_requests == 0)
+        && CHECK (n == 4) && CHECK (calls[2].first_base == buf + 128 * KiB)
+        && CHECK (calls[3].first_base == buf + 192 * KiB)
+      : CHECK (st.bypassed_writes == 1) && CHECK (st.queued_requests > 0)
+        && CHECK (n == 2);
+  }
+  test_backend_release (r.d[0].tb, TB_PREAD);
+  ok = ok && CHECK (test_thread_wait (&t)) && CHECK (t.result == 0)
+    && CHECK (queue_flush (r.d[0].q, NULL) == 0)
+    && CHECK (test_backend_holds (r.d[0].tb, 'q', 128 * KiB, 0))
+    && CHECK (test_backend_holds (r.d[0].tb, 'f', 128 * KiB, 128 * KiB));
+  test_thread_join (&t);
+  test_rig_stop (&r);
+  free (buf);
+  tap_ok (ok, "ack=queued, a backend that writes to memory, %s: while a read"
+          " competes, 64 KiB stream writes are %s", what,
+          target ? "written as they came" : "queued");
+}
+
 int
 main (void)
 {
-  tap_plan (18);
+  tap_plan (20);
   test_random_writes_go_around ();
   test_stream_is_queued ();
   test_full_size_writes_go_around ();
@@ -749,5 +811,7 @@ main (void)
   test_forward_while_reading (true, true, "reads wait behind writes");
   test_forward_while_reading (false, true, "reads do not wait behind writes");
   test_forward_while_reading (true, false, "read-target=off");
+  test_forward_while_reading_memory (true, "a read target");
+  test_forward_while_reading_memory (false, "read-target=off");
   return tap_done ();
 }
