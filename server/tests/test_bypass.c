@@ -660,20 +660,35 @@ write_stream_pair (struct queue *q, const unsigned char *buf,
                             offset + 64 * KiB, 0) == 0);
 }
 
-/* ack=queued, asynchronous backend, max-merge 1 MiB: a stream of 64 KiB
- * writes is queued and merged while no read competes.  While a read
- * competes (held at the backend), on a backend where reads wait behind
- * writes (a remote) and with a read target, each goes to the backend as
- * it came, from its caller's buffer, answered once written; on another
- * backend, or with read-target=off, it is queued as before.
+/* The backend of a test_forward_while_reading case. */
+enum forward_backend {
+  FORWARD_REMOTE,               /* async, reads wait behind writes */
+  FORWARD_ASYNC,                /* async, reads do not */
+  FORWARD_MEMORY,               /* sync, writes to memory */
+};
+
+/* ack=queued, max-merge 1 MiB: a stream of 64 KiB writes is queued and
+ * merged while no read competes (on memory its first write goes around,
+ * as any write that continues nothing).  While a read competes (held at
+ * the backend), on a remote or memory and with a read target, each goes
+ * to the backend as it came, from its caller's buffer, answered once
+ * written; on another asynchronous backend, or with read-target=off, it
+ * is queued as before.
  */
 static void
-test_forward_while_reading (bool behind, bool target, const char *what)
+test_forward_while_reading (enum forward_backend kind, bool target,
+                            const char *what)
 {
   struct queue_config cfg = bypass_config (true);
-  const struct test_shape shape = { .async = 4,
-                                    .reads_behind_writes = behind };
-  bool forwarded = behind && target;
+  const struct test_shape shape = {
+    .async = kind == FORWARD_MEMORY ? 0 : 4,
+    .reads_behind_writes = kind == FORWARD_REMOTE,
+    .writers = kind == FORWARD_MEMORY ? 2 : 0,
+    .writes_to_memory = kind == FORWARD_MEMORY,
+  };
+  bool forwarded = kind != FORWARD_ASYNC && target;
+  /* Writes around the queue before the read: memory's first one. */
+  unsigned before = kind == FORWARD_MEMORY ? 1 : 0;
   unsigned char *buf = malloc (256 * KiB);
   struct test_read_job rj;
   struct test_thread t = TEST_THREAD_INIT;
@@ -695,7 +710,7 @@ test_forward_while_reading (bool behind, bool target, const char *what)
   memset (buf, 'q', 128 * KiB);
   memset (buf + 128 * KiB, 'f', 128 * KiB);
   ok = write_stream_pair (r.d[0].q, buf, 0)
-    && CHECK (test_stats (r.d[0].q).bypassed_writes == 0)
+    && CHECK (test_stats (r.d[0].q).bypassed_writes == before)
     && CHECK (queue_flush (r.d[0].q, NULL) == 0);
   rj = (struct test_read_job) { .q = r.d[0].q, .offset = 768 * KiB,
                                 .count = 4 * KiB };
@@ -708,11 +723,12 @@ test_forward_while_reading (bool behind, bool target, const char *what)
 
     n = backend_writes (&r.d[0], calls);
     ok = forwarded
-      ? CHECK (st.bypassed_writes == 2) && CHECK (st.queued_requests == 0)
-        && CHECK (n == 3) && CHECK (calls[1].first_base == buf + 128 * KiB)
-        && CHECK (calls[2].first_base == buf + 192 * KiB)
-      : CHECK (st.bypassed_writes == 0) && CHECK (st.queued_requests > 0)
-        && CHECK (n == 1);
+      ? CHECK (st.bypassed_writes == before + 2)
+        && CHECK (st.queued_requests == 0) && CHECK (n == before + 3)
+        && CHECK (calls[before + 1].first_base == buf + 128 * KiB)
+        && CHECK (calls[before + 2].first_base == buf + 192 * KiB)
+      : CHECK (st.bypassed_writes == before)
+        && CHECK (st.queued_requests > 0) && CHECK (n == before + 1);
   }
   test_backend_release (r.d[0].tb, TB_PREAD);
   ok = ok && CHECK (test_thread_wait (&t)) && CHECK (t.result == 0)
@@ -722,71 +738,8 @@ test_forward_while_reading (bool behind, bool target, const char *what)
   test_thread_join (&t);
   test_rig_stop (&r);
   free (buf);
-  tap_ok (ok, "ack=queued, asynchronous backend, %s: while a read competes,"
-          " 64 KiB stream writes are %s [async]", what,
-          forwarded ? "forwarded as they came" : "queued");
-}
-
-/* Sync, a backend that writes to memory, max-merge 1 MiB: a stream of
- * 64 KiB writes goes around with its first write and is queued from its
- * second on while no read competes.  While a read competes (held at the
- * backend), each goes around as it came, from its caller's buffer; with
- * read-target=off it is queued as before.
- */
-static void
-test_forward_while_reading_memory (bool target, const char *what)
-{
-  struct queue_config cfg = bypass_config (true);
-  unsigned char *buf = malloc (256 * KiB);
-  struct test_read_job rj;
-  struct test_thread t = TEST_THREAD_INIT;
-  struct tb_call calls[MAX_CALLS];
-  struct test_rig r;
-  size_t n = 0;
-  bool ok;
-
-  cfg.max_merge = 1024 * KiB;
-  if (!target)
-    cfg.read_target_ns = 0;
-  ok = CHECK (buf != NULL) && CHECK (rig_start (&r, &cfg, 2, true));
-  if (!ok) {
-    free (buf);
-    tap_ok (false, "memory writes while reads compete (%s): no rig", what);
-    return;
-  }
-  memset (buf, 'q', 128 * KiB);
-  memset (buf + 128 * KiB, 'f', 128 * KiB);
-  ok = write_stream_pair (r.d[0].q, buf, 0)
-    && CHECK (test_stats (r.d[0].q).bypassed_writes == 1)
-    && CHECK (queue_flush (r.d[0].q, NULL) == 0);
-  rj = (struct test_read_job) { .q = r.d[0].q, .offset = 768 * KiB,
-                                .count = 4 * KiB };
-  test_backend_block (r.d[0].tb, TB_PREAD);
-  ok = ok && CHECK (test_thread_start (&t, test_read_job_run, &rj) == 0)
-    && CHECK (test_backend_wait_entered (r.d[0].tb, TB_PREAD, 1))
-    && write_stream_pair (r.d[0].q, buf + 128 * KiB, 128 * KiB);
-  if (ok) {
-    struct queue_stats st = test_stats (r.d[0].q);
-
-    n = backend_writes (&r.d[0], calls);
-    ok = target
-      ? CHECK (st.bypassed_writes == 3) && CHECK (st.queued_requests == 0)
-        && CHECK (n == 4) && CHECK (calls[2].first_base == buf + 128 * KiB)
-        && CHECK (calls[3].first_base == buf + 192 * KiB)
-      : CHECK (st.bypassed_writes == 1) && CHECK (st.queued_requests > 0)
-        && CHECK (n == 2);
-  }
-  test_backend_release (r.d[0].tb, TB_PREAD);
-  ok = ok && CHECK (test_thread_wait (&t)) && CHECK (t.result == 0)
-    && CHECK (queue_flush (r.d[0].q, NULL) == 0)
-    && CHECK (test_backend_holds (r.d[0].tb, 'q', 128 * KiB, 0))
-    && CHECK (test_backend_holds (r.d[0].tb, 'f', 128 * KiB, 128 * KiB));
-  test_thread_join (&t);
-  test_rig_stop (&r);
-  free (buf);
-  tap_ok (ok, "ack=queued, a backend that writes to memory, %s: while a read"
-          " competes, 64 KiB stream writes are %s", what,
-          target ? "written as they came" : "queued");
+  tap_ok (ok, "ack=queued, %s: while a read competes, 64 KiB stream writes"
+          " are %s", what, forwarded ? "written as they came" : "queued");
 }
 
 int
@@ -808,10 +761,15 @@ main (void)
   test_queued_write_beside_running_flush ();
   test_error_is_the_answer ();
   test_large_write_around_async ();
-  test_forward_while_reading (true, true, "reads wait behind writes");
-  test_forward_while_reading (false, true, "reads do not wait behind writes");
-  test_forward_while_reading (true, false, "read-target=off");
-  test_forward_while_reading_memory (true, "a read target");
-  test_forward_while_reading_memory (false, "read-target=off");
+  test_forward_while_reading (FORWARD_REMOTE, true, "asynchronous backend,"
+                              " reads wait behind writes [async]");
+  test_forward_while_reading (FORWARD_ASYNC, true, "asynchronous backend,"
+                              " reads do not wait behind writes [async]");
+  test_forward_while_reading (FORWARD_REMOTE, false, "asynchronous backend,"
+                              " read-target=off [async]");
+  test_forward_while_reading (FORWARD_MEMORY, true, "a backend that writes"
+                              " to memory, a read target");
+  test_forward_while_reading (FORWARD_MEMORY, false, "a backend that writes"
+                              " to memory, read-target=off");
   return tap_done ();
 }
