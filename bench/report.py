@@ -889,22 +889,21 @@ def reads_ceiling_table(cells):
     return table(["ceiling (same run)", "median (min–max)"], rows) if rows else None
 
 
-def reads_min(*ds):
-    """Per run, the smallest of several run -> value maps (runs in all)."""
+def reads_per_run(pick, ds):
+    """Per run, pick (min or max) of several run -> value maps (runs in all)."""
     ds = [d for d in ds if d]
     if not ds:
         return {}
     runs = set.intersection(*(set(d) for d in ds))
-    return {r: min(d[r] for d in ds) for r in runs}
+    return {r: pick(d[r] for d in ds) for r in runs}
+
+
+def reads_min(*ds):
+    return reads_per_run(min, ds)
 
 
 def reads_max(*ds):
-    """Per run, the largest of several run -> value maps (runs in all)."""
-    ds = [d for d in ds if d]
-    if not ds:
-        return {}
-    runs = set.intersection(*(set(d) for d in ds))
-    return {r: max(d[r] for d in ds) for r in runs}
+    return reads_per_run(max, ds)
 
 
 def reads_targets(cells, meta):
