@@ -77,6 +77,17 @@ new_image() {
   rbd_cmd create --size "$size" "$@" "rbd/$name"
 }
 
+# lock_owners NAME: how many clients hold the image's exclusive lock
+# (librbd's lock "rbd_lock" on the image's header object).
+lock_owners() {
+  local id
+  id=$(rbd_cmd info --format json "rbd/$1" |
+         /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])')
+  timeout 60 rados --conf "$CONF" -p rbd lock info "rbd_header.$id" rbd_lock \
+    --format json |
+    /usr/bin/python3 -c 'import json, sys; print(len(json.load(sys.stdin)["lockers"]))'
+}
+
 # export_image NAME FILE: the image's bytes as the cluster holds them.
 export_image() {
   rbd_cmd export "rbd/$1" "$2" >/dev/null 2>&1
@@ -96,10 +107,15 @@ h.zero(4 * MiB, 28 * MiB)                       # holes allowed
 h.pwrite(pattern(101, 512), 28 * MiB + 4096)
 h.flush()
 EOF
+  assert_equal "$(lock_owners "$IMG")" 1      # the writes took the lock
   stop_plugq
-  # A clean shutdown closed the image: nobody watches it any more.
-  run rbd_cmd status "rbd/$IMG"
-  assert_output --partial "Watchers: none"
+  # A clean shutdown closed the image: its exclusive lock, which the
+  # writes took, is released, where a client that exits without closing
+  # leaves it held.  Not the watcher list: in one CI run under ASan the
+  # OSD still listed the closed client's watch after a clean exit (an
+  # OSD keeps a watch until it is unwatched or osd_client_watch_timeout
+  # passes).
+  assert_equal "$(lock_owners "$IMG")" 0
   export_image "$IMG" "$T/out.raw"
   pyrun "$T/out.raw" <<'EOF'
 import sys
