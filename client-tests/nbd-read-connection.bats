@@ -55,6 +55,7 @@ start_proxied_remote() {
 read_connection_py() {
   cat <<'EOF'
 import subprocess
+import sys
 from nbdremote import *
 
 def conns(log, act):
@@ -89,6 +90,10 @@ def kill_proxy_child(T, which):
                           capture_output=True, text=True).stdout.split()
     assert kids, "no socat child"
     os.kill(int(kids[0]), signal.SIGKILL)
+
+# Every test runs this script with the test's directory and plugq's log.
+T, PLOG = sys.argv[1:3]
+LOG = T + "/r.log"
 EOF
 }
 
@@ -99,11 +104,9 @@ EOF
     logfile="$T/r.log" delay-write=500ms
   # The write stays queued until the FLUSH sends it.
   start_plugq "${LONG_QUEUE[@]}" disk=r nbd="$(ruri r)"
-  timeout 60 "$PYTHON" - "$T" <<EOF
+  timeout 60 "$PYTHON" - "$T" "$PLUGQ_LOG" <<EOF
 $(read_connection_py)
-import sys
-T = sys.argv[1]
-LOG, IMG = T + "/r.log", T + "/r.img"
+IMG = T + "/r.img"
 r = pattern(3, 4 * MiB)
 h = connect("r")
 wait_for_read_connection(h, LOG, MiB, r[MiB:MiB + 4096])
@@ -142,9 +145,6 @@ EOF
   start_proxied_remote 6
   timeout 60 "$PYTHON" - "$T" "$PLUGQ_LOG" <<EOF
 $(read_connection_py)
-import sys
-T, PLOG = sys.argv[1:3]
-LOG = T + "/r.log"
 r = pattern(6, MiB)
 h = connect("r")
 # The main connection is the remote's first: plugq dials it at open.
@@ -172,9 +172,6 @@ EOF
   start_proxied_remote 7 reconnect=50ms
   timeout 60 "$PYTHON" - "$T" "$PLUGQ_LOG" <<EOF
 $(read_connection_py)
-import sys
-T, PLOG = sys.argv[1:3]
-LOG = T + "/r.log"
 r = pattern(7, MiB)
 h = connect("r")
 first = wait_for_read_connection(h, LOG, 0, r[:4096])
@@ -196,11 +193,8 @@ EOF
   start_remote r --filter=multi-conn --filter=log file "$T/r.img" \
     logfile="$T/r.log" multi-conn-mode=disable
   start_plugq disk=r nbd="$(ruri r)"
-  timeout 60 "$PYTHON" - "$T" <<EOF
+  timeout 60 "$PYTHON" - "$T" "$PLUGQ_LOG" <<EOF
 $(read_connection_py)
-import sys
-T = sys.argv[1]
-LOG = T + "/r.log"
 h = connect("r")
 x = pattern(41, 8192)
 h.pwrite(x, 4096)
@@ -223,9 +217,6 @@ EOF
   start_plugq disk=r nbd="$(ruri r)"
   timeout 60 "$PYTHON" - "$T" "$PLUGQ_LOG" <<EOF
 $(read_connection_py)
-import sys
-T, PLOG = sys.argv[1:3]
-LOG = T + "/r.log"
 r = pattern(5, MiB)
 h = connect("r")
 poll(lambda: log_lines(PLOG, "read connection"), 20, "plugq saying the read connection failed")
@@ -250,19 +241,18 @@ EOF
   start_remote r --filter=log --filter=cache file "$T/r.img" \
     cache=writeback logfile="$T/r.log"
   start_plugq disk=r nbd="$(ruri r)" reconnect=50ms
-  timeout 60 "$PYTHON" - "$(rsock r)" "$(rpid r)" "$T" "$PLUGQ_LOG" <<EOF
+  timeout 60 "$PYTHON" - "$T" "$PLUGQ_LOG" "$(rsock r)" "$(rpid r)" <<EOF
 $(read_connection_py)
-import sys
-SOCK, PIDF, T, PLOG = sys.argv[1:5]
+SOCK, PIDF = sys.argv[3:5]
 IMG = T + "/r.img"
 h = connect("r")
-wait_for_read_connection(h, T + "/r.log", 512 * KiB, fill(0, 4096))
+wait_for_read_connection(h, LOG, 512 * KiB, fill(0, 4096))
 h.pwrite(fill(0x11, 64 * KiB), 0)
 h.flush()
-done = remote_writes_done(T + "/r.log")
+done = remote_writes_done(LOG)
 h.pwrite(fill(0xaa, 64 * KiB), 0)
 # ack=queued answered it from the queue: wait until the remote took it.
-poll(lambda: remote_writes_done(T + "/r.log") > done, 10, "the remote answering the 0xaa write")
+poll(lambda: remote_writes_done(LOG) > done, 10, "the remote answering the 0xaa write")
 expect_read(h, 0, fill(0xaa, 64 * KiB), "read of the remote's cache before the kill")
 kill_remote(PIDF)
 expect_file(IMG, 0, fill(0x11, 64 * KiB), "remote file after SIGKILL (the cache is gone)")
