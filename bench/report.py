@@ -922,11 +922,13 @@ def reads_targets(cells, meta):
         reads_ceil, reads_ceil_what = idle, "plugq's idle QD1 reads/s"
         p99_floor, p99_floor_what = idle_p99, "plugq's idle QD1 p99"
         writes_ceil, writes_ceil_what = None, ""
-        # On the remote, the mix straight on the remote (no server) is a
-        # ceiling too: what any server in front of it can reach.
-        alone = lambda fn: v(g, "remote-alone", MIX, fn) if g == "remote" else {}
-        if alone(lambda r: r.get("read_iops")):
-            reads_ceil = reads_min(idle, alone(lambda r: r.get("read_iops")))
+        # Where the bench ran the mix straight on the backend (the remote,
+        # no server), that is a ceiling too: what any server in front of
+        # it can reach.
+        alone = lambda fn: v(g, "remote-alone", MIX, fn)
+        alone_reads = alone(lambda r: r.get("read_iops"))
+        if alone_reads:
+            reads_ceil = reads_min(idle, alone_reads)
             reads_ceil_what = "the smaller of plugq's idle QD1 reads/s and the mix on the remote alone"
             p99_floor = reads_max(idle_p99, alone(lambda r: r.get("read_lat_us_p99")))
             p99_floor_what = "the larger of plugq's idle QD1 p99 and the mix on the remote alone"
